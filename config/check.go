@@ -1,0 +1,395 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// check applies defaults and the rules that span fields, bindings and the
+// file system, and builds the Stack. dir is the absolute folder of the stack
+// file.
+func (p *parser) check(r *rawStack, dir string) *Stack {
+	s := &Stack{Version: r.version, Name: r.name, Dir: dir}
+
+	s.Notify = Notify{Listen: DefaultListen, Token: r.token}
+	if r.listenNode != nil {
+		s.Notify.Listen = r.listen
+		p.checkListen(r.listenNode, r.listen, r.token)
+	}
+
+	byName := make(map[string]*rawBinding, len(r.bindings))
+	for _, rb := range r.bindings {
+		byName[rb.b.Name] = rb
+	}
+	for _, rb := range r.bindings {
+		p.checkSettings(rb, byName)
+	}
+	p.checkCycles(r.bindings, byName)
+
+	if realData, ok := p.checkDataDir(s, r); ok {
+		real := make(map[*rawBinding]string)
+		for _, rb := range r.bindings {
+			if rp, ok := p.checkPath(s, rb, realData); ok {
+				real[rb] = rp
+			}
+		}
+		p.checkOverlaps(r.bindings, real)
+	}
+
+	s.Bindings = make([]Binding, 0, len(r.bindings))
+	for _, rb := range r.bindings {
+		s.Bindings = append(s.Bindings, rb.b)
+	}
+	sort.Slice(s.Bindings, func(i, j int) bool { return s.Bindings[i].Name < s.Bindings[j].Name })
+	return s
+}
+
+func bindingField(name, sub string) string {
+	f := fieldPath("bindings", name)
+	if sub == "" {
+		return f
+	}
+	return fieldPath(f, sub)
+}
+
+// checkListen checks notify.listen: host:port with an IP literal or
+// localhost, and a token when the host is not loopback.
+func (p *parser) checkListen(n *yaml.Node, listen, token string) {
+	const field = "notify.listen"
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		p.addf(n, field, "must be host:port such as %s, got %q", DefaultListen, listen)
+		return
+	}
+	if !validPort(port) {
+		p.addf(n, field, "port must be between 0 and 65535 (0 picks a free port), got %q", port)
+	}
+	if host == "" {
+		p.addf(n, field, "host is missing in %q, which would listen on every interface; use 127.0.0.1:%s", listen, port)
+		return
+	}
+	loopback := strings.EqualFold(host, "localhost")
+	if !loopback {
+		addr, err := netip.ParseAddr(host)
+		if err != nil {
+			p.addf(n, field, "host must be an IP address or localhost, got %q", host)
+			return
+		}
+		loopback = addr.IsLoopback()
+	}
+	if !loopback && token == "" {
+		p.addf(n, field, "host %s is not a loopback address, so other machines could send wake-up hints to this stack; set notify.token or use 127.0.0.1", host)
+	}
+}
+
+func validPort(port string) bool {
+	if port == "" || len(port) > 5 {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n <= 65535
+}
+
+// checkSettings applies a binding's defaults and checks the settings that
+// depend on its type and on other bindings.
+func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
+	b := &rb.b
+	if b.Durability == "" {
+		b.Durability = DefaultDurability
+	}
+	if !rb.typeOK {
+		return
+	}
+	if b.Type == TypeKV {
+		for _, s := range []struct {
+			n    *yaml.Node
+			name string
+		}{{rb.vtNode, "visibilityTimeout"}, {rb.maNode, "maxAttempts"}, {rb.dlNode, "deadLetter"}} {
+			if s.n != nil {
+				p.addf(s.n, bindingField(b.Name, s.name), "only queue bindings have %s; %s is a kv binding", s.name, b.Name)
+			}
+		}
+		b.VisibilityTimeout, b.MaxAttempts, b.DeadLetter = 0, 0, ""
+		return
+	}
+	if rb.vtNode == nil {
+		b.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if rb.maNode != nil && rb.dlNode == nil {
+		attempts := "maxAttempts"
+		if rb.maOK {
+			attempts = strconv.Itoa(b.MaxAttempts)
+		}
+		p.addf(rb.maNode, bindingField(b.Name, "maxAttempts"), "requires deadLetter: nothing is ever dropped, so set deadLetter to the queue binding that receives a message after %s failed attempts", attempts)
+	}
+	if rb.dlNode != nil && rb.maNode == nil {
+		p.addf(rb.dlNode, bindingField(b.Name, "deadLetter"), "has no effect without maxAttempts: set maxAttempts (%d to %d) to say after how many attempts a message moves to the dead-letter queue", MaxAttemptsMin, MaxAttemptsMax)
+	}
+	dl := b.DeadLetter
+	if dl == "" {
+		return
+	}
+	field := bindingField(b.Name, "deadLetter")
+	target, ok := byName[dl]
+	switch {
+	case dl == b.Name:
+		p.addf(rb.dlNode, field, "must name another queue binding, not %s itself", b.Name)
+	case !ok:
+		p.addf(rb.dlNode, field, "must name a queue binding of this stack, got %q (queue bindings: %s)", dl, queueNames(byName, b.Name))
+	case target.typeOK && target.b.Type != TypeQueue:
+		p.addf(rb.dlNode, field, "must name a queue binding, got %s, a %s binding", dl, target.b.Type)
+	}
+}
+
+func queueNames(byName map[string]*rawBinding, except string) string {
+	var names []string
+	for name, rb := range byName {
+		if name != except && rb.typeOK && rb.b.Type == TypeQueue {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// checkCycles reports each cycle in the dead-letter graph once, at the
+// member that comes first in the file.
+func (p *parser) checkCycles(bindings []*rawBinding, byName map[string]*rawBinding) {
+	next := func(rb *rawBinding) *rawBinding {
+		if !rb.typeOK || rb.b.Type != TypeQueue || rb.b.DeadLetter == "" || rb.b.DeadLetter == rb.b.Name {
+			return nil
+		}
+		t := byName[rb.b.DeadLetter]
+		if t == nil || !t.typeOK || t.b.Type != TypeQueue {
+			return nil
+		}
+		return t
+	}
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := make(map[*rawBinding]int, len(bindings))
+	for _, start := range bindings {
+		var path []*rawBinding
+		cur := start
+		for cur != nil && state[cur] == unseen {
+			state[cur] = onPath
+			path = append(path, cur)
+			cur = next(cur)
+		}
+		if cur != nil && state[cur] == onPath {
+			i := 0
+			for path[i] != cur {
+				i++
+			}
+			cycle := path[i:]
+			first := 0
+			for j, rb := range cycle {
+				if rb.key.Line < cycle[first].key.Line {
+					first = j
+				}
+			}
+			names := make([]string, 0, len(cycle)+1)
+			for j := range cycle {
+				names = append(names, cycle[(first+j)%len(cycle)].b.Name)
+			}
+			names = append(names, names[0])
+			rb := cycle[first]
+			p.addf(rb.dlNode, bindingField(rb.b.Name, "deadLetter"), "dead-letter cycle %s: messages would move around it forever; end the chain at a queue without deadLetter", strings.Join(names, " -> "))
+		}
+		for _, rb := range path {
+			state[rb] = done
+		}
+	}
+}
+
+func hasTilde(p string) bool {
+	return p == "~" || strings.HasPrefix(p, "~/")
+}
+
+// checkDataDir sets s.DataDir and returns it with the symlinks of its
+// existing part resolved.
+func (p *parser) checkDataDir(s *Stack, r *rawStack) (string, bool) {
+	const field = "dataDir"
+	n, v := r.dataDirNode, r.dataDir
+	if n == nil {
+		v = DefaultDataDir
+	}
+	switch {
+	case v == "":
+		p.addf(n, field, "must not be empty; leave it out for %s", DefaultDataDir)
+		return "", false
+	case hasTilde(v):
+		p.addf(n, field, "~ is not expanded, got %q; write ${HOME}%s", v, v[1:])
+		return "", false
+	case filepath.IsAbs(v):
+		s.DataDir = filepath.Clean(v)
+	default:
+		s.DataDir = filepath.Join(s.Dir, v)
+	}
+	real, err := realPath(s.DataDir)
+	if err != nil {
+		p.addf(n, field, "cannot resolve %s: %v", s.DataDir, err)
+		return "", false
+	}
+	if fi, err := os.Stat(real); err == nil && !fi.IsDir() {
+		p.addf(n, field, "%s exists and is not a folder", s.DataDir)
+		return "", false
+	}
+	return real, true
+}
+
+// checkPath sets rb's Path and returns it with the symlinks of its existing
+// part resolved. realData is DataDir resolved the same way.
+func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, bool) {
+	b := &rb.b
+	field := bindingField(b.Name, "path")
+	n, v, what := rb.pathNode, rb.path, "path"
+	if n == nil {
+		if !rb.typeOK || !rb.nameOK {
+			return "", false // the default needs both; their problems are reported
+		}
+		n, v = rb.key, filepath.Join(string(b.Type), b.Name)
+		what = "default path " + v
+	}
+	switch {
+	case v == "":
+		p.addf(n, field, "must not be empty; leave it out for <dataDir>/%s/%s", b.Type, b.Name)
+		return "", false
+	case hasTilde(v):
+		p.addf(n, field, "~ is not expanded, got %q; write ${HOME}%s", v, v[1:])
+		return "", false
+	case filepath.IsAbs(v):
+		b.Path, b.AbsolutePathGiven = filepath.Clean(v), true
+	default:
+		c := filepath.Clean(v)
+		if c == ".." || strings.HasPrefix(c, ".."+string(filepath.Separator)) {
+			p.addf(n, field, "must stay inside dataDir, got %q; use an absolute path to put a store elsewhere", v)
+			return "", false
+		}
+		b.Path = filepath.Join(s.DataDir, c)
+	}
+	if inside(b.Path, s.DataDir) {
+		if b.Path == s.DataDir {
+			p.addf(n, field, "must not be dataDir itself (%s); every binding needs its own folder", s.DataDir)
+		} else {
+			p.addf(n, field, "%s holds dataDir %s; a binding's folder must not contain dataDir", b.Path, s.DataDir)
+		}
+		return "", false
+	}
+	real, err := realPath(b.Path)
+	if err != nil {
+		p.addf(n, field, "cannot resolve %s: %v", b.Path, err)
+		return "", false
+	}
+	if !b.AbsolutePathGiven && !inside(realData, real) {
+		p.addf(n, field, "%s resolves through a symlink to %s, outside dataDir %s; use an absolute path to put a store elsewhere", what, real, realData)
+		return "", false
+	}
+	if inside(real, realData) {
+		p.addf(n, field, "%s resolves through a symlink to %s, which is or holds dataDir %s", what, real, realData)
+		return "", false
+	}
+	if fi, err := os.Stat(real); err == nil && !fi.IsDir() {
+		p.addf(n, field, "%s exists and is not a folder", b.Path)
+		return "", false
+	}
+	return real, true
+}
+
+// checkOverlaps refuses two bindings that share a folder or nest one inside
+// the other, comparing paths as written and with symlinks resolved. The
+// problem goes to the binding that comes later in the file.
+func (p *parser) checkOverlaps(bindings []*rawBinding, real map[*rawBinding]string) {
+	for j, b := range bindings {
+		rb, ok := real[b]
+		if !ok {
+			continue
+		}
+		for _, a := range bindings[:j] {
+			ra, ok := real[a]
+			if !ok {
+				continue
+			}
+			n := b.pathNode
+			if n == nil {
+				n = b.key
+			}
+			field, other := bindingField(b.b.Name, "path"), bindingField(a.b.Name, "")
+			pa, pb := a.b.Path, b.b.Path
+			switch {
+			case pa == pb:
+				p.addf(n, field, "shares folder %s with %s; every binding needs its own folder", pb, other)
+			case inside(pa, pb):
+				p.addf(n, field, "folder %s is inside %s's folder %s; bindings may not nest", pb, other, pa)
+			case inside(pb, pa):
+				p.addf(n, field, "folder %s holds %s's folder %s; bindings may not nest", pb, other, pa)
+			case ra == rb:
+				p.addf(n, field, "folder %s is %s's folder %s once symlinks are resolved (both are %s); every binding needs its own folder", pb, other, pa, rb)
+			case inside(ra, rb):
+				p.addf(n, field, "folder %s is inside %s's folder %s once symlinks are resolved (%s is inside %s); bindings may not nest", pb, other, pa, rb, ra)
+			case inside(rb, ra):
+				p.addf(n, field, "folder %s holds %s's folder %s once symlinks are resolved (%s holds %s); bindings may not nest", pb, other, pa, rb, ra)
+			}
+		}
+	}
+}
+
+// inside reports whether child is parent or lies below it. Both are
+// absolute and clean.
+func inside(parent, child string) bool {
+	rel, err := filepath.Rel(parent, child)
+	if err != nil {
+		return false
+	}
+	return rel == "." || (rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)))
+}
+
+// realPath resolves the symlinks in the longest existing prefix of the
+// absolute, clean path p and appends the rest unchanged. A dangling symlink
+// on the way is an error: where it would lead cannot be checked.
+func realPath(p string) (string, error) {
+	var rest []string
+	cur := p
+	for {
+		r, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			for i := len(rest) - 1; i >= 0; i-- {
+				r = filepath.Join(r, rest[i])
+			}
+			return r, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if fi, lerr := os.Lstat(cur); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return "", fmt.Errorf("%s is a symlink to a missing target", cur)
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p, nil
+		}
+		rest = append(rest, filepath.Base(cur))
+		cur = parent
+	}
+}

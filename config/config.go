@@ -1,0 +1,285 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Version is the only stack file version this package reads.
+const Version = 1
+
+// Defaults applied to fields the stack file leaves out.
+const (
+	// DefaultStackFile is the stack file used when neither a flag nor
+	// $LOCALCLOUD_STACK names one.
+	DefaultStackFile = "stack.yaml"
+	// DefaultDataDir is the folder, relative to the stack file's folder, that
+	// holds one store directory per binding.
+	DefaultDataDir = ".localcloud"
+	// DefaultListen is the address of the embedded NATS server that carries
+	// wake-up hints. It is loopback, so no token is needed.
+	DefaultListen = "127.0.0.1:4222"
+	// DefaultVisibilityTimeout is how long a received queue message stays
+	// hidden from other receivers before it is delivered again.
+	DefaultVisibilityTimeout = 30 * time.Second
+	// DefaultDurability is the durability of a binding that does not set one.
+	DefaultDurability = DurabilityNormal
+)
+
+// Limits checked by [Parse] and [Load].
+const (
+	// VisibilityTimeoutMin and VisibilityTimeoutMax bound a queue's
+	// visibilityTimeout, as Amazon SQS does (its minimum is 0; here a zero
+	// timeout would redeliver every message at once, so it is refused).
+	VisibilityTimeoutMin = time.Second
+	VisibilityTimeoutMax = 12 * time.Hour
+	// MaxAttemptsMin and MaxAttemptsMax bound a queue's maxAttempts, as
+	// Amazon SQS bounds maxReceiveCount.
+	MaxAttemptsMin = 1
+	MaxAttemptsMax = 1000
+	// MaxNameLength is the longest stack or binding name. Names match
+	// [a-z][a-z0-9-]{0,62}: they appear in NATS subjects and directory names.
+	MaxNameLength = 63
+	// MaxFileSize is the largest stack file read; anything bigger is refused
+	// before it is parsed.
+	MaxFileSize = 1 << 20
+)
+
+// Environment variables localcloud reads or sets.
+const (
+	// EnvStackFile names the stack file when no flag does; see [DefaultFile].
+	EnvStackFile = "LOCALCLOUD_STACK"
+	// EnvBindingPrefix starts the variable that tells a program where a
+	// binding's store lives; see [EnvName].
+	EnvBindingPrefix = "LOCALCLOUD_BINDING_"
+)
+
+// Type is the kind of a binding.
+type Type string
+
+// Binding types.
+const (
+	// TypeKV is a key-value store.
+	TypeKV Type = "kv"
+	// TypeQueue is a message queue with visibility timeouts and dead letters.
+	TypeQueue Type = "queue"
+)
+
+// Durabilities a binding may ask for.
+const (
+	// DurabilityNormal survives a crash of the process; a power loss may lose
+	// the last commits (SQLite synchronous=NORMAL in WAL mode).
+	DurabilityNormal = "normal"
+	// DurabilityFull also survives a power loss, at the disk's fsync rate
+	// (SQLite synchronous=FULL).
+	DurabilityFull = "full"
+)
+
+// Stack is a checked stack file with every default applied.
+type Stack struct {
+	// Version is the stack file version; always [Version].
+	Version int
+	// Name names the stack; it matches [a-z][a-z0-9-]{0,62}.
+	Name string
+	// File is the absolute path of the stack file; "" when [Parse] was given
+	// no file name.
+	File string
+	// Dir is the absolute folder that a relative dataDir is resolved against:
+	// the stack file's folder.
+	Dir string
+	// DataDir is the absolute, cleaned folder holding the stores. Defaults to
+	// [DefaultDataDir] inside Dir.
+	DataDir string
+	// Notify configures the embedded NATS server.
+	Notify Notify
+	// Bindings lists the bindings sorted by name.
+	Bindings []Binding
+}
+
+// Notify configures the embedded NATS server that carries wake-up hints.
+type Notify struct {
+	// Listen is host:port; port 0 picks a free port. The host is an IP
+	// literal or localhost. Defaults to [DefaultListen].
+	Listen string
+	// Token is the NATS authorization token; "" for none. Required when the
+	// host of Listen is not a loopback address.
+	Token string
+}
+
+// Binding is one KV store or queue of a stack.
+type Binding struct {
+	// Name names the binding; it matches [a-z][a-z0-9-]{0,62}.
+	Name string
+	// Type is [TypeKV] or [TypeQueue].
+	Type Type
+	// Path is the absolute, cleaned directory of the binding's store.
+	// Defaults to <DataDir>/<Type>/<Name>.
+	Path string
+	// AbsolutePathGiven reports that the stack file gave an absolute path,
+	// which may lie outside DataDir.
+	AbsolutePathGiven bool
+	// VisibilityTimeout is how long a received message stays hidden. Zero
+	// for a KV binding; for a queue it defaults to [DefaultVisibilityTimeout].
+	VisibilityTimeout time.Duration
+	// Durability is [DurabilityNormal] or [DurabilityFull]. Defaults to
+	// [DefaultDurability].
+	Durability string
+	// MaxAttempts is how many deliveries a queue message gets before it moves
+	// to DeadLetter; 0 means no limit (and DeadLetter is then "").
+	MaxAttempts int
+	// DeadLetter names the queue binding that receives messages after
+	// MaxAttempts deliveries; "" for none.
+	DeadLetter string
+	// Line is the line of the binding's name in the stack file.
+	Line int
+}
+
+// Binding returns the binding called name.
+func (s *Stack) Binding(name string) (*Binding, bool) {
+	if s == nil {
+		return nil, false
+	}
+	for i := range s.Bindings {
+		if s.Bindings[i].Name == name {
+			return &s.Bindings[i], true
+		}
+	}
+	return nil, false
+}
+
+// Subject returns the NATS subject on which a binding's wake-up hints are
+// published: localcloud.<stack>.<binding>.available.
+func Subject(stack, binding string) string {
+	return "localcloud." + stack + "." + binding + ".available"
+}
+
+// EnvName returns the environment variable that carries a binding's store
+// directory to a program: LOCALCLOUD_BINDING_ followed by the name in upper
+// case with - replaced by _ ("orders-dlq" gives LOCALCLOUD_BINDING_ORDERS_DLQ).
+// Binding names cannot contain _, so two bindings never share a variable.
+func EnvName(binding string) string {
+	return EnvBindingPrefix + strings.ToUpper(strings.ReplaceAll(binding, "-", "_"))
+}
+
+// DefaultFile returns the stack file to read when no flag names one: the value
+// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile]. getenv
+// is usually [os.Getenv]; nil means os.Getenv.
+func DefaultFile(getenv func(string) string) string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if f := getenv(EnvStackFile); f != "" {
+		return f
+	}
+	return DefaultStackFile
+}
+
+// An Option changes how [Load] and [Parse] read a stack file.
+type Option func(*options)
+
+type options struct {
+	lookupEnv func(string) (string, bool)
+}
+
+// WithLookupEnv sets the function that resolves ${NAME} in values. It
+// defaults to [os.LookupEnv]; tests pass a map lookup so that they never
+// touch the process environment.
+func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
+	return func(o *options) { o.lookupEnv = lookup }
+}
+
+// Load reads and checks the stack file at path. Relative paths in it are
+// resolved against the file's folder. Problems name the file as path was
+// given. A file that cannot be read gives a wrapped error (errors.Is(err,
+// fs.ErrNotExist) for a missing one); a file with mistakes gives an [*Errors]
+// listing all of them.
+func Load(path string, opts ...Option) (*Stack, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("load stack file %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load stack file: %w", err)
+	}
+	defer f.Close()
+	data, err := readLimited(f)
+	if err != nil {
+		return nil, fmt.Errorf("load stack file: read %s: %w", path, err)
+	}
+	return parse(data, path, abs, filepath.Dir(abs), opts)
+}
+
+// Parse reads and checks a stack file from r.
+//
+// filename names the source in problems and, made absolute against the
+// working directory, becomes [Stack.File]; pass "" for a source that is not a
+// file (problems then start with line:col). baseDir is the folder a relative
+// dataDir is resolved against and becomes [Stack.Dir]; "" means the folder of
+// filename, or the working directory when filename is "" too. Parse looks at
+// the file system under dataDir to check symlinks but never writes.
+//
+// A read error from r is returned wrapped; a stack with mistakes gives an
+// [*Errors] listing all of them.
+func Parse(r io.Reader, filename, baseDir string, opts ...Option) (*Stack, error) {
+	data, err := readLimited(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse stack file: read %s: %w", displayName(filename), err)
+	}
+	var abs string
+	if filename != "" {
+		if abs, err = filepath.Abs(filename); err != nil {
+			return nil, fmt.Errorf("parse stack file %s: %w", filename, err)
+		}
+	}
+	switch {
+	case baseDir != "":
+	case abs != "":
+		baseDir = filepath.Dir(abs)
+	default:
+		baseDir = "."
+	}
+	dir, err := filepath.Abs(baseDir)
+	if err != nil {
+		return nil, fmt.Errorf("parse stack file %s: resolve base folder: %w", displayName(filename), err)
+	}
+	return parse(data, filename, abs, dir, opts)
+}
+
+func displayName(filename string) string {
+	if filename == "" {
+		return "stack"
+	}
+	return filename
+}
+
+// readLimited reads r up to MaxFileSize+1 bytes; parse refuses the extra byte.
+func readLimited(r io.Reader) ([]byte, error) {
+	var buf bytes.Buffer
+	_, err := io.Copy(&buf, io.LimitReader(r, MaxFileSize+1))
+	return buf.Bytes(), err
+}
+
+func parse(data []byte, display, abs, dir string, opts []Option) (*Stack, error) {
+	o := options{lookupEnv: os.LookupEnv}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.lookupEnv == nil {
+		o.lookupEnv = os.LookupEnv
+	}
+	p := &parser{file: display, lookup: o.lookupEnv}
+	s := p.run(data, dir)
+	if len(p.probs) > 0 {
+		return nil, newErrors(p.probs)
+	}
+	s.File = abs
+	return s, nil
+}

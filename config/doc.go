@@ -1,0 +1,57 @@
+// Package config reads and checks localcloud stack files.
+//
+// A stack file is YAML. It names the stack, says where the stores live and
+// lists the KV and queue bindings that `localcloud up` provisions:
+//
+//	version: 1
+//	name: shop
+//	dataDir: .localcloud          # default; relative to the stack file's folder
+//	notify:
+//	  listen: 127.0.0.1:4222      # default; port 0 picks a free port
+//	  token: ${SHOP_NATS_TOKEN}   # required only when listen is not loopback
+//	bindings:
+//	  carts:
+//	    type: kv
+//	  orders:
+//	    type: queue
+//	    visibilityTimeout: 30s
+//	    maxAttempts: 5
+//	    deadLetter: orders-dlq
+//	  orders-dlq:
+//	    type: queue
+//
+// # Reading
+//
+// [Load] reads a file; [Parse] reads from any [io.Reader]. Both walk the
+// YAML node tree themselves instead of decoding into a struct, so that every
+// problem in the file is found in one pass: an unknown field, a duplicate key,
+// a value of the wrong type, a value out of range, a broken cross reference.
+// The problems come back together as one [*Errors], each with its file, line
+// and column, formatted one per line as
+//
+//	stack.yaml:7:24: bindings.orders.visibilityTimeout: must be a duration between 1s and 12h, got "3 parsecs"
+//
+// [*Errors] matches [ErrInvalid] under [errors.Is]. A stack file that cannot
+// be read at all (missing, unreadable) gives the underlying error instead,
+// wrapped, so errors.Is(err, fs.ErrNotExist) works.
+//
+// # Environment variables
+//
+// ${NAME} inside a scalar value is replaced by the variable's value. This
+// happens after YAML parsing, so a value can never inject YAML structure, and
+// it never happens in keys. $$ stands for a literal $ (so $${NAME} gives the
+// text ${NAME}); a $ followed by anything else is kept as it is. A variable
+// that is not set is an error; one that is set to the empty string is not.
+// Tests inject their own lookup with [WithLookupEnv].
+//
+// # Paths
+//
+// dataDir is relative to the stack file's folder unless absolute. A binding's
+// directory defaults to <dataDir>/<type>/<name>; a relative path is relative to
+// dataDir and may not leave it, neither with ".." nor through a symlink in a
+// part of the path that already exists. An absolute path may point anywhere and
+// is flagged in [Binding.AbsolutePathGiven]. No two bindings may share a
+// directory or nest one inside the other, and no binding may use dataDir
+// itself. These checks look at the file system as it is when the stack is read;
+// nothing is created.
+package config

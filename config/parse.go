@@ -1,0 +1,559 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+
+const namePattern = "[a-z][a-z0-9-]{0,62}"
+
+var (
+	rootFields    = []string{"version", "name", "dataDir", "notify", "bindings"}
+	notifyFields  = []string{"listen", "token"}
+	bindingFields = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter"}
+)
+
+// parser walks the YAML node tree and collects every problem it meets.
+type parser struct {
+	file   string
+	lookup func(string) (string, bool)
+	probs  []Problem
+}
+
+// rawStack is what the walk found, with the nodes kept for positions.
+type rawStack struct {
+	version     int
+	versionSeen bool // the key is present, whatever its value
+	name        string
+	nameSeen    bool
+	dataDir     string
+	dataDirNode *yaml.Node
+	listen      string
+	listenNode  *yaml.Node
+	token       string
+	bindings    []*rawBinding
+}
+
+type rawBinding struct {
+	b      Binding
+	key    *yaml.Node // the binding's name, for positions
+	typeOK bool       // Type is kv or queue
+	nameOK bool       // Name matches nameRE
+
+	path     string     // as given, expanded; "" for the default
+	pathNode *yaml.Node // nil for the default
+
+	vtNode, maNode, dlNode *yaml.Node // nil when not given
+	maOK                   bool       // maxAttempts was read without a problem
+}
+
+var lineBreaks = strings.NewReplacer("\n", `\n`, "\r", `\r`)
+
+func (p *parser) addf(n *yaml.Node, field, format string, args ...any) {
+	// Values are quoted where they are printed, but error texts from the
+	// file system carry paths as they are: keep every problem on one line.
+	msg := lineBreaks.Replace(fmt.Sprintf(format, args...))
+	pr := Problem{File: p.file, Field: field, Msg: msg}
+	if n != nil {
+		pr.Line, pr.Col = n.Line, n.Column
+	}
+	p.probs = append(p.probs, pr)
+}
+
+// run parses data and checks it; dir is the absolute folder of the stack file.
+func (p *parser) run(data []byte, dir string) *Stack {
+	if len(data) > MaxFileSize {
+		p.addf(nil, "", "file is larger than %d bytes", MaxFileSize)
+		return nil
+	}
+	root := p.decode(data)
+	if root == nil {
+		return nil
+	}
+	raw := p.walk(root)
+	if raw == nil {
+		return nil
+	}
+	return p.check(raw, dir)
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// decode parses data into a single YAML document and returns its top node.
+func (p *parser) decode(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.addf(nil, "", "file is empty; a stack file starts with version: %d and name:", Version)
+			return nil
+		}
+		p.syntax(err)
+		return nil
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		n := &next
+		if len(next.Content) > 0 {
+			n = next.Content[0]
+		}
+		p.addf(n, "", "a stack file holds one YAML document; found another one (remove the second ---)")
+	} else if !errors.Is(err, io.EOF) {
+		p.syntax(err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+		p.addf(&doc, "", "file is empty; a stack file starts with version: %d and name:", Version)
+		return nil
+	}
+	return doc.Content[0]
+}
+
+// syntax records a YAML syntax error. yaml.v3 gives a line for most of them
+// but never a column.
+func (p *parser) syntax(err error) {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	pr := Problem{File: p.file}
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		pr.Line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	pr.Msg = "invalid YAML: " + msg
+	p.probs = append(p.probs, pr)
+}
+
+// deref follows aliases. It returns nil for a broken alias.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
+		if i == 16 {
+			return nil
+		}
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	n = deref(n)
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+// describe names what a node holds, for "got ..." in messages.
+func describe(n *yaml.Node) string {
+	n = deref(n)
+	if n == nil {
+		return "a broken alias"
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	case yaml.DocumentNode:
+		return "a document"
+	}
+	return "an unknown node"
+}
+
+var simpleKeyRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// fieldPath joins a parent field path and a key, quoting keys that would not
+// read well after a dot.
+func fieldPath(parent, key string) string {
+	if !simpleKeyRE.MatchString(key) {
+		return parent + "[" + strconv.Quote(key) + "]"
+	}
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+type entry struct {
+	name     string
+	key, val *yaml.Node
+}
+
+// entries returns the key/value pairs of the mapping n, reporting keys that
+// are not plain strings, merge keys and duplicates. field is n's path.
+func (p *parser) entries(n *yaml.Node, field string) []entry {
+	seen := make(map[string]int)
+	var out []entry
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		kd := deref(k)
+		if kd == nil || kd.Kind != yaml.ScalarNode {
+			p.addf(k, field, "keys must be strings, got %s", describe(k))
+			continue
+		}
+		if kd.ShortTag() == "!!merge" {
+			p.addf(k, field, "merge keys (<<) are not supported; write the fields out")
+			continue
+		}
+		f := fieldPath(field, kd.Value)
+		if line, dup := seen[kd.Value]; dup {
+			p.addf(k, f, "duplicate key; first set on line %d", line)
+			continue
+		}
+		seen[kd.Value] = k.Line
+		out = append(out, entry{name: kd.Value, key: k, val: v})
+	}
+	return out
+}
+
+// unknown reports a key that is not one of known, suggesting the closest.
+func (p *parser) unknown(e entry, parent string, known []string) {
+	f := fieldPath(parent, e.name)
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	}
+	best, bestDist := "", 3 // suggest only a near miss
+	for _, k := range known {
+		d := editDistance(norm(k), norm(e.name))
+		if d < bestDist && d < len(k)/2 {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		p.addf(e.key, f, "unknown field; did you mean %s?", best)
+		return
+	}
+	p.addf(e.key, f, "unknown field; expected one of %s", strings.Join(known, ", "))
+}
+
+// mapping returns the mapping node behind v, or reports what it holds
+// instead. A null value is an empty mapping.
+func (p *parser) mapping(v *yaml.Node, field, what string) (*yaml.Node, bool) {
+	if isNull(v) {
+		return &yaml.Node{Kind: yaml.MappingNode}, true
+	}
+	n := deref(v)
+	if n == nil || n.Kind != yaml.MappingNode {
+		p.addf(v, field, "must be %s, got %s", what, describe(v))
+		return nil, false
+	}
+	return n, true
+}
+
+// scalar returns the text of a scalar value, with ${NAME} expanded in
+// strings. what says what was expected, for the message when v is a mapping
+// or a list.
+func (p *parser) scalar(v *yaml.Node, field, what string) (string, bool) {
+	n := deref(v)
+	if n == nil || n.Kind != yaml.ScalarNode {
+		p.addf(v, field, "must be %s, got %s", what, describe(v))
+		return "", false
+	}
+	switch n.ShortTag() {
+	case "!!str":
+		s, errs := expand(n.Value, p.lookup)
+		for _, e := range errs {
+			p.addf(v, field, "%s", e)
+		}
+		return s, len(errs) == 0
+	case "!!int", "!!float", "!!bool", "!!timestamp", "!!null":
+		return n.Value, true
+	default:
+		p.addf(v, field, "must be %s, got a value tagged %s", what, strconv.Quote(n.Tag))
+		return "", false
+	}
+}
+
+// str reads a string field. A null value counts as not given.
+func (p *parser) str(v *yaml.Node, field, what string) (s string, given, ok bool) {
+	if isNull(v) {
+		return "", false, true
+	}
+	s, ok = p.scalar(v, field, what)
+	return s, true, ok
+}
+
+// integer reads an integer field. A string that held a ${NAME} is parsed
+// after expansion; any other string is the wrong type.
+func (p *parser) integer(v *yaml.Node, field, what string) (int, bool) {
+	n := deref(v)
+	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		var i int
+		if err := n.Decode(&i); err != nil {
+			p.addf(v, field, "must be %s, got %q", what, n.Value)
+			return 0, false
+		}
+		return i, true
+	}
+	s, ok := p.scalar(v, field, what)
+	if !ok {
+		return 0, false
+	}
+	if n.ShortTag() == "!!str" && strings.Contains(n.Value, "$") {
+		if i, err := strconv.Atoi(strings.TrimSpace(s)); err == nil {
+			return i, true
+		}
+	}
+	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		p.addf(v, field, "must be %s, got %q, a quoted string", what, s)
+	} else {
+		p.addf(v, field, "must be %s, got %q", what, s)
+	}
+	return 0, false
+}
+
+// walk reads the top mapping into a rawStack, reporting structure and type
+// problems. It returns nil when the top is not a mapping.
+func (p *parser) walk(root *yaml.Node) *rawStack {
+	top := deref(root)
+	if top == nil || top.Kind != yaml.MappingNode {
+		p.addf(root, "", "a stack file must be a mapping with version, name and bindings; got %s", describe(root))
+		return nil
+	}
+	r := &rawStack{}
+	for _, e := range p.entries(top, "") {
+		switch e.name {
+		case "version":
+			r.versionSeen = true
+			if isNull(e.val) {
+				p.addf(e.val, "version", "must be %d, got nothing", Version)
+				continue
+			}
+			v, ok := p.integer(e.val, "version", strconv.Itoa(Version))
+			if !ok {
+				continue
+			}
+			r.version = v
+			if v != Version {
+				p.addf(e.val, "version", "must be %d, got %d; this localcloud reads version %d stack files", Version, v, Version)
+			}
+		case "name":
+			r.nameSeen = true
+			s, given, ok := p.str(e.val, "name", "a stack name")
+			if !ok {
+				continue
+			}
+			if !given {
+				p.addf(e.val, "name", "must match %s, got nothing", namePattern)
+				continue
+			}
+			r.name = s
+			if !nameRE.MatchString(s) {
+				p.addf(e.val, "name", "must match %s (a lowercase letter, then up to %d lowercase letters, digits or -), got %q", namePattern, MaxNameLength-1, s)
+			}
+		case "dataDir":
+			s, given, ok := p.str(e.val, "dataDir", "a folder")
+			if !ok || !given {
+				continue
+			}
+			r.dataDirNode = e.val
+			r.dataDir = s
+		case "notify":
+			p.notify(r, e.val)
+		case "bindings":
+			p.bindings(r, e.val)
+		default:
+			p.unknown(e, "", rootFields)
+		}
+	}
+	if !r.versionSeen {
+		p.addf(top, "version", "missing; add version: %d", Version)
+	}
+	if !r.nameSeen {
+		p.addf(top, "name", "missing; name the stack with %s, e.g. name: shop", namePattern)
+	}
+	return r
+}
+
+func (p *parser) notify(r *rawStack, v *yaml.Node) {
+	n, ok := p.mapping(v, "notify", "a mapping with listen and token")
+	if !ok {
+		return
+	}
+	for _, e := range p.entries(n, "notify") {
+		switch e.name {
+		case "listen":
+			s, given, ok := p.str(e.val, "notify.listen", "host:port")
+			if ok && given {
+				r.listen, r.listenNode = s, e.val
+			}
+		case "token":
+			s, _, ok := p.str(e.val, "notify.token", "a string")
+			if ok {
+				r.token = s
+			}
+		default:
+			p.unknown(e, "notify", notifyFields)
+		}
+	}
+}
+
+func (p *parser) bindings(r *rawStack, v *yaml.Node) {
+	n, ok := p.mapping(v, "bindings", "a mapping from binding names to bindings")
+	if !ok {
+		return
+	}
+	for _, e := range p.entries(n, "bindings") {
+		field := fieldPath("bindings", e.name)
+		nameOK := nameRE.MatchString(e.name)
+		if !nameOK {
+			p.addf(e.key, field, "binding name must match %s (a lowercase letter, then up to %d lowercase letters, digits or -), got %q", namePattern, MaxNameLength-1, e.name)
+		}
+		rb := &rawBinding{key: e.key, nameOK: nameOK}
+		rb.b.Name = e.name
+		rb.b.Line = e.key.Line
+		r.bindings = append(r.bindings, rb)
+		p.binding(rb, field, e)
+	}
+}
+
+var durationWhat = fmt.Sprintf("a duration between %s and %s", fmtDuration(VisibilityTimeoutMin), fmtDuration(VisibilityTimeoutMax))
+
+var maxAttemptsWhat = fmt.Sprintf("an integer between %d and %d", MaxAttemptsMin, MaxAttemptsMax)
+
+func (p *parser) binding(rb *rawBinding, field string, e entry) {
+	n, ok := p.mapping(e.val, field, "a mapping with type and the binding's settings")
+	if !ok {
+		return
+	}
+	typeSeen := false
+	for _, f := range p.entries(n, field) {
+		ff := fieldPath(field, f.name)
+		switch f.name {
+		case "type":
+			typeSeen = true
+			s, given, ok := p.str(f.val, ff, "kv or queue")
+			if !ok {
+				continue
+			}
+			switch Type(s) {
+			case TypeKV, TypeQueue:
+				rb.b.Type, rb.typeOK = Type(s), true
+			default:
+				if !given {
+					p.addf(f.val, ff, "missing; must be kv or queue")
+				} else {
+					p.addf(f.val, ff, "must be kv or queue, got %q", s)
+				}
+			}
+		case "path":
+			s, given, ok := p.str(f.val, ff, "a folder")
+			if !ok || !given {
+				continue
+			}
+			rb.path, rb.pathNode = s, f.val
+		case "visibilityTimeout":
+			if isNull(f.val) {
+				continue
+			}
+			rb.vtNode = f.val
+			rb.b.VisibilityTimeout, _ = p.duration(f.val, ff)
+		case "durability":
+			s, given, ok := p.str(f.val, ff, "normal or full")
+			if !ok || !given {
+				continue
+			}
+			if s != DurabilityNormal && s != DurabilityFull {
+				p.addf(f.val, ff, "must be %s or %s, got %q", DurabilityNormal, DurabilityFull, s)
+				continue
+			}
+			rb.b.Durability = s
+		case "maxAttempts":
+			if isNull(f.val) {
+				continue
+			}
+			rb.maNode = f.val
+			i, ok := p.integer(f.val, ff, maxAttemptsWhat)
+			if !ok {
+				continue
+			}
+			if i < MaxAttemptsMin || i > MaxAttemptsMax {
+				p.addf(f.val, ff, "must be %s, got %d", maxAttemptsWhat, i)
+				continue
+			}
+			rb.b.MaxAttempts, rb.maOK = i, true
+		case "deadLetter":
+			if isNull(f.val) {
+				continue
+			}
+			rb.dlNode = f.val
+			s, _, ok := p.str(f.val, ff, "a queue binding name")
+			if !ok {
+				continue
+			}
+			if s == "" {
+				p.addf(f.val, ff, "must name a queue binding of this stack, got nothing")
+				continue
+			}
+			rb.b.DeadLetter = s
+		default:
+			p.unknown(f, field, bindingFields)
+		}
+	}
+	if !typeSeen {
+		p.addf(e.key, fieldPath(field, "type"), "missing; must be kv or queue")
+	}
+}
+
+// duration reads a visibility timeout: a Go duration such as 30s or 5m,
+// between VisibilityTimeoutMin and VisibilityTimeoutMax.
+func (p *parser) duration(v *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := p.scalar(v, field, durationWhat)
+	if !ok {
+		return 0, false
+	}
+	if n := deref(v); n.ShortTag() == "!!int" {
+		p.addf(v, field, "must be %s, got %s: add a unit, e.g. %ss", durationWhat, s, s)
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < VisibilityTimeoutMin || d > VisibilityTimeoutMax {
+		p.addf(v, field, "must be %s, got %q", durationWhat, s)
+		return 0, false
+	}
+	return d, true
+}
+
+// fmtDuration prints 12h rather than 12h0m0s.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64 // far from every field name; keeps the cost bounded
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
