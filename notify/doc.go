@@ -1,0 +1,38 @@
+// Package notify carries "message available" wake-up hints for localcloud's queue bindings.
+//
+// A hint says only "look at this queue now". It carries no message data, it may be lost, and no
+// consumer may depend on it for correctness: the SQLite store is the truth, and every consumer
+// keeps a fallback poll. Hints exist to cut the time from a send to a consumer's next receive
+// from the poll interval down to well under a millisecond.
+//
+// # Pieces
+//
+//   - [Server] is an embedded NATS server started by `localcloud up` ([StartServer]). It listens on
+//     loopback by default, never installs signal handlers and routes its logs to slog.
+//   - [Subject] names the subject of one queue binding: localcloud.<stack>.<binding>.available.
+//     [Hint] is the JSON payload published on it.
+//   - [Publisher] turns every "a message became due" event into at most one hint per subject per
+//     window (2 ms by default), without ever dropping the trailing hint of a burst.
+//   - [Watch] is the consumer side: it subscribes to one subject, survives the server going away
+//     and coming back, and calls a wake function.
+//   - [DirWatcher] covers writers that do not publish hints (another process, another tool): it
+//     watches store directories with inotify and reports writes to the database files, coalesced
+//     the same way.
+//   - [AsyncAPI] describes a stack's hint channels as an AsyncAPI 3.0.0 document.
+//
+// # Coalescing
+//
+// [Publisher] and [DirWatcher] share one rule, applied per key (subject or directory): an event
+// fires at once if nothing fired for that key within the last window (leading edge, so an
+// isolated send is hinted with no added delay); otherwise one trailing fire is scheduled for the
+// end of the window, and every event until then folds into it. So under any load a key fires at
+// most once per window, and the last event is always followed by a fire. A pure trailing
+// debounce was rejected: it delays every isolated hint by the full window and, under a steady
+// stream of events closer together than the window, never fires at all.
+//
+// # Delivery
+//
+// Hints travel over core NATS: at most once, no persistence. A hint published while a consumer
+// is disconnected is gone, which is why [Watch] also wakes its consumer after every
+// (re)connection.
+package notify
