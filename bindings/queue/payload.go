@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/localcloud/localcloud/bindings"
+)
+
+// PayloadType is the payload_type column: "text" or "json".
+type PayloadType string
+
+// The payload types of localqueue.v1.
+const (
+	TypeText PayloadType = "text"
+	TypeJSON PayloadType = "json"
+)
+
+// Payload is a message body as stored: a raw string for text, serialized
+// JSON for json.
+type Payload struct {
+	Type PayloadType
+	Data string
+	err  error
+}
+
+// Text is a text payload.
+func Text(s string) Payload { return Payload{Type: TypeText, Data: s} }
+
+// JSON is a JSON payload: v serialized with encoding/json. A json.RawMessage
+// or []byte holding JSON is stored as is (compacted).
+func JSON(v any) Payload {
+	var b []byte
+	var err error
+	switch raw := v.(type) {
+	case json.RawMessage:
+		b, err = compact(raw)
+	default:
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return Payload{Type: TypeJSON, err: bindings.Wrap(bindings.CodeInvalidInput, err, "payload: not serializable as JSON")}
+	}
+	return Payload{Type: TypeJSON, Data: string(b)}
+}
+
+func compact(raw []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Decode unmarshals a JSON payload into v.
+func (p Payload) Decode(v any) error {
+	if p.Type != TypeJSON {
+		return bindings.Errorf(bindings.CodeInvalidInput, "payload: type is %q, want %q", p.Type, TypeJSON)
+	}
+	return json.Unmarshal([]byte(p.Data), v)
+}
+
+// String returns the stored data.
+func (p Payload) String() string { return p.Data }
+
+// validate checks a payload before it touches the store.
+func (p Payload) validate(field string) error {
+	if p.err != nil {
+		return p.err
+	}
+	switch p.Type {
+	case TypeText:
+	case TypeJSON:
+		if !json.Valid([]byte(p.Data)) {
+			return bindings.Errorf(bindings.CodeInvalidInput, "%s: type json but data is not valid JSON (%d bytes)", field, len(p.Data))
+		}
+	default:
+		return bindings.Errorf(bindings.CodeInvalidInput, "%s: type must be %q or %q, got %q", field, TypeText, TypeJSON, p.Type)
+	}
+	if len(p.Data) > MaxPayloadBytes {
+		return bindings.Errorf(bindings.CodeInvalidInput,
+			"%s: must be at most %d bytes serialized, got %d bytes", field, MaxPayloadBytes, len(p.Data))
+	}
+	return nil
+}

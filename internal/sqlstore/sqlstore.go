@@ -1,0 +1,520 @@
+// Package sqlstore is the SQLite plumbing the KV and queue stores share: the
+// open handshake of the localkv.v1/localqueue.v1 formats, the connection
+// settings, and the write path.
+//
+// Every store handle has two database/sql pools on one file: a single writer
+// connection and a small pool of readers. Writes are serialised first inside
+// the process (a lock shared by every handle on the same file) and then across
+// processes by flock(2) on a lock file beside the database, so writers queue
+// in the kernel instead of polling in SQLite's busy handler. SQLite's own
+// busy_timeout (5 s) stays as the backstop for writers that do not take the
+// lock file (other programs). The database file itself is only ever opened
+// by SQLite: opening and closing another descriptor on it would drop the
+// POSIX locks SQLite holds.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/localcloud/localcloud/bindings"
+)
+
+// BusyTimeoutMillis is the spec's busy_timeout: 5 s.
+const BusyTimeoutMillis = 5000
+
+// Format describes one on-disk format.
+type Format struct {
+	Marker string // value of the meta 'format' row, e.g. "localkv.v1"
+	File   string // database file name inside the store directory
+	// Schema is the provider DDL, run after the marker check.
+	Schema string
+	// Extra is DDL of localcloud's own that a spec-exact reader tolerates
+	// (indexes created IF NOT EXISTS).
+	Extra string
+	// OpCode is the code of operation errors (KV_OPERATION_FAILED, ...).
+	OpCode bindings.Code
+}
+
+// MetaDDL is the meta table both formats share, exactly as the spec writes it.
+const MetaDDL = `CREATE TABLE IF NOT EXISTS meta (
+key TEXT PRIMARY KEY,
+value TEXT NOT NULL
+);`
+
+// Options are the settings both stores take.
+type Options struct {
+	Durability bindings.Durability
+	Logger     *slog.Logger
+	// ReadOnly opens without creating anything and refuses writes (for
+	// inspection tools).
+	ReadOnly bool
+}
+
+// DB is one open store file.
+type DB struct {
+	Path   string // database file, or "memory:<name>"
+	Dir    string // store directory ("" in memory mode)
+	Format Format
+	R      *sql.DB // readers
+	w      *sql.DB   // pool of the single writer connection
+	wconn  *sql.Conn // that connection, held for the handle's life
+	lock   *writeLock
+	log    *slog.Logger
+	ro     bool
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on w
+	rstmts map[string]*sql.Stmt // prepared on R
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens or creates the store of format f in dir, following the spec's
+// handshake: directory (0700), file (0600), WAL and busy timeout, the meta
+// marker checked before any provider table is created.
+func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
+	if dir == "" {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput, "dir: must not be empty")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, bindings.Wrap(bindings.CodeLocalFilesystemError, err, "resolve store directory %q", dir)
+	}
+	path := filepath.Join(abs, f.File)
+	if o.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q", path)
+		}
+	} else if err := prepareFile(abs, path); err != nil {
+		return nil, err
+	}
+	lk, err := acquireLock(abs, f.File)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeoutMillis))
+	wq := url.Values{}
+	for k, v := range q {
+		wq[k] = append([]string(nil), v...)
+	}
+	if o.ReadOnly {
+		q.Set("mode", "ro")
+	} else {
+		wq.Add("_pragma", "journal_mode(WAL)")
+		wq.Add("_pragma", "synchronous("+syncMode(o.Durability)+")")
+		wq.Set("_txlock", "immediate")
+	}
+	q.Add("_pragma", "query_only(1)")
+	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
+	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
+		lk.release()
+		return nil, err
+	}
+	return db, nil
+}
+
+// memNameRE limits memory store names to something safe inside a URI.
+var memNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// OpenMemory opens the in-memory store called name. Every handle in this
+// process that names the same store (and format) shares it; it is gone when
+// the last handle closes. Nothing touches the disk.
+func OpenMemory(ctx context.Context, name string, f Format, o Options) (*DB, error) {
+	if !memNameRE.MatchString(name) {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput,
+			"name: must be 1..128 characters of A-Z a-z 0-9 . _ -, got %q", name)
+	}
+	vfsName := "/localcloud-" + strings.TrimSuffix(f.File, ".sqlite") + "-" + name
+	lk, err := acquireLock("", vfsName)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Set("vfs", "memdb")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeoutMillis))
+	wq := url.Values{}
+	for k, v := range q {
+		wq[k] = append([]string(nil), v...)
+	}
+	wq.Set("_txlock", "immediate")
+	q.Add("_pragma", "query_only(1)")
+	db := &DB{Path: "memory:" + name, Format: f, lock: lk, log: logger(o.Logger)}
+	if err := db.connect(ctx, "file:"+vfsName+"?"+wq.Encode(), "file:"+vfsName+"?"+q.Encode()); err != nil {
+		lk.release()
+		return nil, err
+	}
+	return db, nil
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+func syncMode(d bindings.Durability) string {
+	if d == bindings.DurabilityFull {
+		return "FULL"
+	}
+	return "NORMAL"
+}
+
+func fileURI(path string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: q.Encode()}
+	// url.URL writes "file:///abs"; SQLite accepts that form.
+	return u.String()
+}
+
+// prepareFile creates the store directory (0700) and an empty database file
+// (0600) so SQLite, which would create it 0644, inherits the private mode for
+// the database and its -wal/-shm siblings. An existing file is left alone.
+func prepareFile(dir, path string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store directory %q", dir)
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && st.IsDir():
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: is a directory, want a %s database file", path, filepath.Base(path))
+	case err == nil && !st.Mode().IsRegular():
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: not a regular file (mode %s)", path, st.Mode())
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "stat store %q", path)
+	}
+	// O_EXCL: if another process creates it first we simply use theirs.
+	// The descriptor is closed before SQLite opens the file, so no SQLite
+	// lock of this process can be on it yet.
+	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store %q", path)
+	}
+	return fh.Close()
+}
+
+func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
+	fail := func(err error) error {
+		db.closeConns()
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q", db.Path)
+	}
+	var err error
+	if !db.ro {
+		if db.w, err = sql.Open("sqlite", wdsn); err != nil {
+			return fail(err)
+		}
+		db.w.SetMaxOpenConns(1)
+		db.w.SetMaxIdleConns(1)
+		db.w.SetConnMaxLifetime(0)
+		db.w.SetConnMaxIdleTime(0)
+		if db.wconn, err = db.w.Conn(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	if db.R, err = sql.Open("sqlite", rdsn); err != nil {
+		return fail(err)
+	}
+	db.R.SetMaxOpenConns(4)
+	db.R.SetMaxIdleConns(4)
+	db.R.SetConnMaxIdleTime(0)
+	if db.ro {
+		if err := db.checkMarker(ctx, db.R); err != nil {
+			db.closeConns()
+			return err
+		}
+		return nil
+	}
+	if err := db.handshake(ctx); err != nil {
+		db.closeConns()
+		var e *bindings.Error
+		if errors.As(err, &e) {
+			return err
+		}
+		return fail(err)
+	}
+	return nil
+}
+
+// handshake runs the spec's open order inside one write transaction, so
+// processes opening one new store at once cannot interleave.
+func (db *DB) handshake(ctx context.Context) error {
+	if db.Dir != "" {
+		var mode string
+		if err := db.wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+			return err
+		}
+		if !strings.EqualFold(mode, "wal") {
+			return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+		}
+	}
+	return db.Write(ctx, func(tx *Tx) error {
+		var tables []string
+		rows, err := tx.Query(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return err
+			}
+			tables = append(tables, n)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(tables) == 0 {
+			if _, err := tx.Exec(ctx, MetaDDL); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)`, db.Format.Marker); err != nil {
+				return err
+			}
+		}
+		if err := db.checkMarkerTx(ctx, tx, tables); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
+			return err
+		}
+		if db.Format.Extra != "" {
+			if _, err := tx.Exec(ctx, db.Format.Extra); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (db *DB) checkMarkerTx(ctx context.Context, tx *Tx, tables []string) error {
+	hasMeta := len(tables) == 0
+	for _, t := range tables {
+		if t == "meta" {
+			hasMeta = true
+		}
+	}
+	if !hasMeta {
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: found a database without a format marker (tables: %s), supported format is %s; the file was left untouched",
+			db.Path, strings.Join(tables, ", "), db.Format.Marker)
+	}
+	var found string
+	err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&found)
+	return db.markerResult(found, err)
+}
+
+func (db *DB) checkMarker(ctx context.Context, q *sql.DB) error {
+	var found string
+	err := q.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&found)
+	return db.markerResult(found, err)
+}
+
+func (db *DB) markerResult(found string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: found no format marker in meta, supported format is %s; the file was left untouched",
+			db.Path, db.Format.Marker)
+	}
+	if err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read format marker", db.Path)
+	}
+	if found != db.Format.Marker {
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: found format %q, supported format is %q; the file was left untouched",
+			db.Path, found, db.Format.Marker)
+	}
+	return nil
+}
+
+// Tx is a write transaction (BEGIN IMMEDIATE) on the writer connection.
+type Tx struct {
+	db *DB
+}
+
+// Exec runs a statement, prepared once per store handle.
+func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := t.db.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// Query runs a query inside the transaction.
+func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := t.db.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// QueryRow runs a one-row query inside the transaction.
+func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := t.db.stmt(ctx, query)
+	if err != nil {
+		// Let Scan report the error.
+		return t.db.wconn.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// stmt returns query prepared on the writer connection. Only called with the
+// write lock held.
+func (db *DB) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := db.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := db.wconn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if db.stmts == nil {
+		db.stmts = map[string]*sql.Stmt{}
+	}
+	db.stmts[query] = st
+	return st, nil
+}
+
+// ReadStmt returns query prepared on the reader pool, once per handle.
+func (db *DB) ReadStmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	db.stmtMu.Lock()
+	defer db.stmtMu.Unlock()
+	if st, ok := db.rstmts[query]; ok {
+		return st, nil
+	}
+	st, err := db.R.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if db.rstmts == nil {
+		db.rstmts = map[string]*sql.Stmt{}
+	}
+	db.rstmts[query] = st
+	return st, nil
+}
+
+// ErrReadOnly is returned by Write on a store opened read-only.
+var ErrReadOnly = errors.New("store opened read-only")
+
+// Write runs fn in one BEGIN IMMEDIATE transaction while holding the store's
+// write lock, commits if fn returns nil and rolls back otherwise (also when
+// fn panics).
+func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
+	if db.ro {
+		return ErrReadOnly
+	}
+	release, err := db.lock.acquire(ctx, db.log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			db.rollback()
+		}
+	}()
+	if err := fn(&Tx{db: db}); err != nil {
+		return err
+	}
+	// COMMIT must not be interrupted by ctx: an interrupted commit leaves
+	// the caller unsure whether its write landed.
+	if _, err := db.wconn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+		return err
+	}
+	done = true
+	return nil
+}
+
+// rollback ends a failed transaction. If even that fails the connection is
+// in an unknown state, so it is replaced.
+func (db *DB) rollback() {
+	ctx := context.Background()
+	if _, err := db.wconn.ExecContext(ctx, "ROLLBACK"); err == nil || strings.Contains(err.Error(), "no transaction is active") {
+		return
+	}
+	db.log.Warn("rollback failed; reopening the writer connection", "store", db.Path)
+	for _, st := range db.stmts {
+		_ = st.Close()
+	}
+	db.stmts = nil
+	_ = db.wconn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = db.wconn.Close()
+	c, err := db.w.Conn(ctx)
+	if err != nil {
+		db.log.Error("reopen writer connection", "store", db.Path, "err", err)
+		return
+	}
+	db.wconn = c
+}
+
+// IsBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED.
+func IsBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}
+
+// Close closes the handle. It is safe to call more than once.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.closeErr = db.closeConns()
+		db.lock.release()
+	})
+	return db.closeErr
+}
+
+func (db *DB) closeConns() error {
+	var errs []error
+	db.stmtMu.Lock()
+	for _, st := range db.stmts {
+		errs = append(errs, st.Close())
+	}
+	for _, st := range db.rstmts {
+		errs = append(errs, st.Close())
+	}
+	db.stmts, db.rstmts = nil, nil
+	db.stmtMu.Unlock()
+	// Readers first: the writer closing last lets SQLite checkpoint the WAL.
+	if db.R != nil {
+		errs = append(errs, db.R.Close())
+	}
+	if db.wconn != nil {
+		errs = append(errs, db.wconn.Close())
+	}
+	if db.w != nil {
+		errs = append(errs, db.w.Close())
+	}
+	return errors.Join(errs...)
+}
