@@ -69,7 +69,7 @@ type DB struct {
 	Path   string // database file, or "memory:<name>"
 	Dir    string // store directory ("" in memory mode)
 	Format Format
-	R      *sql.DB // readers
+	R      *sql.DB   // readers
 	w      *sql.DB   // pool of the single writer connection
 	wconn  *sql.Conn // that connection, held for the handle's life
 	lock   *writeLock
