@@ -1,0 +1,105 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/config"
+)
+
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestEnvNameMatchesConfig(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"carts", "user-sessions", "a-b-c9"} {
+		if got, want := EnvName(n), config.EnvName(n); got != want {
+			t.Errorf("EnvName(%q) = %q, config.EnvName = %q", n, got, want)
+		}
+	}
+}
+
+func TestFromEnvErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cases := []struct {
+		name, value string
+		set         bool
+		want        string
+	}{
+		{name: "missing", want: "is not set"},
+		{name: "empty", set: true, value: " ", want: "is empty"},
+		{name: "malformed", set: true, value: `{"service":`, want: "want JSON"},
+		{name: "not an object", set: true, value: `"local-kv"`, want: "want JSON"},
+		{name: "wrong service", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `"}`, want: `service is "local-queue"`},
+		{name: "no dataDir", set: true, value: `{"service":"local-kv"}`, want: "dataDir is missing"},
+		{name: "relative dataDir", set: true, value: `{"service":"local-kv","dataDir":"rel/dir"}`, want: "absolute path"},
+		{name: "bad durability", set: true, value: `{"service":"local-kv","dataDir":"` + dir + `","durability":"max"}`, want: "durability"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{}
+			if c.set {
+				env["LOCALCLOUD_BINDING_USER_SESSIONS"] = c.value
+			}
+			s, err := fromEnv(context.Background(), "user-sessions", mapLookup(env), nil)
+			if err == nil {
+				s.Close()
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, bindings.ErrBindingSetupFailed) {
+				t.Errorf("error %v does not match ErrBindingSetupFailed", err)
+			}
+			for _, w := range []string{"LOCALCLOUD_BINDING_USER_SESSIONS", c.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFromEnvOpensTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "kv", "carts")
+	env := map[string]string{
+		"LOCALCLOUD_BINDING_CARTS": `{"service":"local-kv","dataDir":"` + dir + `","durability":"full","extra":1}`,
+	}
+	s, err := fromEnv(ctx, "carts", mapLookup(env), []Option{WithDurability(bindings.DurabilityNormal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if want := filepath.Join(dir, FileName); s.Path() != want {
+		t.Errorf("Path() = %q, want %q", s.Path(), want)
+	}
+	if _, err := s.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := readEnv("carts", mapLookup(env))
+	if err != nil || b.Durability != "full" || b.DataDir != dir {
+		t.Errorf("readEnv = %+v, %v", b, err)
+	}
+}
+
+func TestFromEnvProcessEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LOCALCLOUD_BINDING_CARTS", `{"service":"local-kv","dataDir":"`+dir+`"}`)
+	s, err := FromEnv(context.Background(), "carts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := ReadEnv("carts"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromEnv(context.Background(), "nope"); err == nil || !strings.Contains(err.Error(), "LOCALCLOUD_BINDING_NOPE") {
+		t.Fatalf("FromEnv(nope) = %v", err)
+	}
+}

@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+)
+
+// Service is the "service" value of a queue binding's JSON in the environment.
+const Service = "local-queue"
+
+// EnvBindingPrefix starts the variable that carries a binding to a program.
+const EnvBindingPrefix = "LOCALCLOUD_BINDING_"
+
+// EnvBinding is the JSON that `localcloud env` and `localcloud run` put in
+// LOCALCLOUD_BINDING_<NAME> for a queue binding:
+//
+//	{"service":"local-queue","queuePath":"/abs/.localcloud/queue/orders",
+//	 "subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal"}
+//
+// service, queuePath (the store directory) and subject are the shape of the
+// Rust implementation's local binding JSON; visibilityTimeout (a Go
+// duration) and durability are localcloud's own and may be missing (30s,
+// normal). Unknown fields are ignored, so newer writers do not break older
+// readers.
+type EnvBinding struct {
+	Service           string `json:"service"`
+	QueuePath         string `json:"queuePath"`
+	Subject           string `json:"subject,omitempty"`
+	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
+	Durability        string `json:"durability,omitempty"`
+}
+
+// EnvName returns the variable that carries the binding called name:
+// LOCALCLOUD_BINDING_ and the name in upper case with - replaced by _
+// ("orders-dlq" gives LOCALCLOUD_BINDING_ORDERS_DLQ).
+func EnvName(name string) string {
+	return EnvBindingPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// ReadEnv reads and checks the binding called name from the environment
+// without opening it, for programs that also want its hint subject. Every
+// problem is an error matching bindings.ErrBindingSetupFailed that names the
+// variable.
+func ReadEnv(name string) (EnvBinding, error) { return readEnv(name, os.LookupEnv) }
+
+// FromEnv opens the queue binding called name from the environment that
+// `localcloud run` (or `eval "$(localcloud env)"`) sets up: it reads
+// LOCALCLOUD_BINDING_<NAME>, checks that it describes a queue and opens the
+// store in its queuePath with its visibility timeout (as the default
+// visibility of Receive) and durability. opts are applied after the settings
+// from the environment, so they win.
+//
+// A missing variable, malformed JSON or a binding of another service gives
+// an error matching bindings.ErrBindingSetupFailed whose message names the
+// variable.
+func FromEnv(ctx context.Context, name string, opts ...Option) (*Queue, error) {
+	return fromEnv(ctx, name, os.LookupEnv, opts)
+}
+
+func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Queue, error) {
+	b, err := readEnv(name, lookup)
+	if err != nil {
+		return nil, err
+	}
+	d, _ := bindings.ParseDurability(b.Durability) // checked by readEnv
+	all := []Option{WithDurability(d)}
+	if b.VisibilityTimeout != "" {
+		vt, _ := time.ParseDuration(b.VisibilityTimeout) // checked by readEnv
+		all = append(all, WithDefaultVisibility(vt))
+	}
+	q, err := Open(ctx, b.QueuePath, append(all, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("open queue binding from %s: %w", EnvName(name), err)
+	}
+	return q, nil
+}
+
+func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error) {
+	if name == "" {
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "binding name: must not be empty")
+	}
+	v := EnvName(name)
+	raw, ok := lookup(v)
+	if !ok || strings.TrimSpace(raw) == "" {
+		what := "is not set"
+		if ok {
+			what = "is empty"
+		}
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
+				"and check that the stack has a queue binding called %q", v, what, name)
+	}
+	var b EnvBinding
+	if err := json.Unmarshal([]byte(raw), &b); err != nil {
+		return EnvBinding{}, bindings.Wrap(bindings.CodeBindingSetupFailed, err,
+			"%s: want JSON like {\"service\":%q,\"queuePath\":\"/abs/dir\",\"subject\":\"...\"}, got %q", v, Service, snippet(raw))
+	}
+	if b.Service != Service {
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: service is %q, want %q (is %q a queue binding?)", v, b.Service, Service, name)
+	}
+	if b.QueuePath == "" {
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "%s: queuePath is missing", v)
+	}
+	if !filepath.IsAbs(b.QueuePath) {
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: queuePath must be an absolute path, got %q", v, b.QueuePath)
+	}
+	if _, err := bindings.ParseDurability(b.Durability); err != nil {
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
+	}
+	if b.VisibilityTimeout != "" {
+		vt, err := time.ParseDuration(b.VisibilityTimeout)
+		if err != nil || vt < MinVisibility || vt > MaxVisibility {
+			return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: visibilityTimeout must be a duration between %s and %s, got %q", v, MinVisibility, MaxVisibility, b.VisibilityTimeout)
+		}
+	}
+	return b, nil
+}
+
+// snippet shortens a malformed value for an error message.
+func snippet(s string) string {
+	const n = 120
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,122 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/config"
+)
+
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestEnvNameMatchesConfig(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"orders", "orders-dlq", "a-b-c9"} {
+		if got, want := EnvName(n), config.EnvName(n); got != want {
+			t.Errorf("EnvName(%q) = %q, config.EnvName = %q", n, got, want)
+		}
+	}
+}
+
+func TestFromEnvErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cases := []struct {
+		name, value string
+		set         bool
+		want        string
+	}{
+		{name: "missing", want: "is not set"},
+		{name: "empty", set: true, value: "", want: "is empty"},
+		{name: "malformed", set: true, value: `{service:1}`, want: "want JSON"},
+		{name: "wrong service", set: true, value: `{"service":"local-kv","dataDir":"` + dir + `"}`, want: `service is "local-kv"`},
+		{name: "no queuePath", set: true, value: `{"service":"local-queue"}`, want: "queuePath is missing"},
+		{name: "relative queuePath", set: true, value: `{"service":"local-queue","queuePath":"q"}`, want: "absolute path"},
+		{name: "bad durability", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","durability":"x"}`, want: "durability"},
+		{name: "bad visibility", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","visibilityTimeout":"soon"}`, want: "visibilityTimeout"},
+		{name: "visibility out of range", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","visibilityTimeout":"13h"}`, want: "visibilityTimeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{}
+			if c.set {
+				env["LOCALCLOUD_BINDING_ORDERS_DLQ"] = c.value
+			}
+			q, err := fromEnv(context.Background(), "orders-dlq", mapLookup(env), nil)
+			if err == nil {
+				q.Close()
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, bindings.ErrBindingSetupFailed) {
+				t.Errorf("error %v does not match ErrBindingSetupFailed", err)
+			}
+			for _, w := range []string{"LOCALCLOUD_BINDING_ORDERS_DLQ", c.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFromEnvOpensTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "queue", "orders")
+	env := map[string]string{
+		"LOCALCLOUD_BINDING_ORDERS": `{"service":"local-queue","queuePath":"` + dir +
+			`","subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal","maxAttempts":5}`,
+	}
+	q, err := fromEnv(ctx, "orders", mapLookup(env), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.visibility != 45*time.Second {
+		t.Errorf("default visibility = %s, want 45s from the environment", q.visibility)
+	}
+	if want := filepath.Join(dir, FileName); q.Path() != want {
+		t.Errorf("Path() = %q, want %q", q.Path(), want)
+	}
+	if err := q.Send(ctx, Text("hello")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Receive(ctx, 1)
+	if err != nil || len(msgs) != 1 || msgs[0].Payload.Data != "hello" {
+		t.Fatalf("Receive = %+v, %v", msgs, err)
+	}
+	q.Close()
+
+	// Options given by the caller win over the environment.
+	q, err = fromEnv(ctx, "orders", mapLookup(env), []Option{WithDefaultVisibility(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.visibility != time.Second {
+		t.Errorf("default visibility = %s, want the caller's 1s", q.visibility)
+	}
+	b, err := readEnv("orders", mapLookup(env))
+	if err != nil || b.Subject != "localcloud.shop.orders.available" {
+		t.Errorf("readEnv = %+v, %v", b, err)
+	}
+}
+
+func TestFromEnvProcessEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LOCALCLOUD_BINDING_ORDERS", `{"service":"local-queue","queuePath":"`+dir+`","subject":"s"}`)
+	q, err := FromEnv(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if b, err := ReadEnv("orders"); err != nil || b.Subject != "s" {
+		t.Fatalf("ReadEnv = %+v, %v", b, err)
+	}
+}
