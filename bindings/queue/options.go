@@ -17,6 +17,7 @@ type options struct {
 	visibility time.Duration
 	readOnly   bool
 	notifier   Notifier
+	wake       wakeOptions // hints.go
 }
 
 func buildOptions(opts []Option) options {

@@ -101,6 +101,7 @@ type Queue struct {
 	now        func() time.Time
 	visibility time.Duration
 	notifier   Notifier
+	hints      *hintState // wake-ups and NATS hints (hints.go)
 }
 
 // Open opens or creates the queue store in dir (created 0700; the file 0600).
@@ -113,7 +114,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier}, nil
+	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path)}, nil
 }
 
 // OpenMemory opens the in-memory queue called name, shared by every handle
@@ -127,11 +128,14 @@ func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier}, nil
+	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path)}, nil
 }
 
 func (o options) validate() error {
 	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
+		return err
+	}
+	if err := o.wake.validate(); err != nil {
 		return err
 	}
 	return validVisibility("default visibility", o.visibility)
@@ -152,7 +156,10 @@ func (q *Queue) Path() string { return q.db.Path }
 func (q *Queue) DB() *sqlstore.DB { return q.db }
 
 // Close releases the handle. Safe to call twice.
-func (q *Queue) Close() error { return q.db.Close() }
+func (q *Queue) Close() error {
+	q.hints.close()
+	return q.db.Close()
+}
 
 func opErr(err error, format string, args ...any) error {
 	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
@@ -162,6 +169,7 @@ func (q *Queue) notify() {
 	if q.notifier != nil {
 		q.notifier.MessageDue()
 	}
+	q.hints.messageDue()
 }
 
 // Send enqueues one message, due at once. Payloads over MaxPayloadBytes

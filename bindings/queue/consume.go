@@ -1,0 +1,295 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+)
+
+// Limits and defaults of Consume.
+const (
+	// MaxWorkers is the largest Workers value.
+	MaxWorkers = 256
+	// DefaultWorkers is the number of handler goroutines without Workers.
+	DefaultWorkers = 1
+	// minErrorBackoff is the first pause after a failed claim; it doubles up
+	// to the poll interval.
+	minErrorBackoff = 10 * time.Millisecond
+)
+
+// Handler processes one message for Consume. Returning nil acks the
+// message; returning an error (or panicking) nacks it, so it is delivered
+// again at once with Attempt one higher.
+type Handler func(ctx context.Context, m Message) error
+
+// ConsumeOption configures Consume.
+type ConsumeOption func(*consumeOptions)
+
+type consumeOptions struct {
+	workers    int
+	batch      int // 0: min(workers, MaxReceiveBatch)
+	visibility time.Duration
+	poll       time.Duration
+	log        *slog.Logger
+}
+
+// Workers sets how many handlers run at once, 1..MaxWorkers. Defaults to
+// DefaultWorkers (1).
+func Workers(n int) ConsumeOption { return func(o *consumeOptions) { o.workers = n } }
+
+// BatchSize sets the most messages one claim takes, 1..MaxReceiveBatch. A
+// claim never takes more than there are idle workers. Defaults to
+// min(workers, MaxReceiveBatch).
+func BatchSize(n int) ConsumeOption { return func(o *consumeOptions) { o.batch = n } }
+
+// ConsumeVisibility sets the lease of every message Consume claims,
+// MinVisibility..MaxVisibility: a handler that runs longer than this may see
+// its message delivered to another consumer, and its ack then fails as
+// stale. Defaults to the queue's default visibility.
+func ConsumeVisibility(d time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.visibility = d }
+}
+
+// PollInterval sets the fallback poll: the longest Consume waits without a
+// wake-up before it looks at the store, jittered by +-20%. Defaults to the
+// handle's WithPollInterval, itself defaulting to DefaultPollInterval (1 s).
+func PollInterval(d time.Duration) ConsumeOption { return func(o *consumeOptions) { o.poll = d } }
+
+// WithConsumeLogger sets where Consume reports handler errors, panics and
+// store errors. Defaults to the queue's logger (WithLogger), which defaults
+// to discarding them.
+func WithConsumeLogger(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
+
+func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
+	o := consumeOptions{workers: DefaultWorkers, visibility: q.visibility, poll: q.hints.opts.poll, log: q.hints.log}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.workers < 1 || o.workers > MaxWorkers {
+		return o, bindings.Errorf(bindings.CodeInvalidInput, "workers: must be between 1 and %d, got %d", MaxWorkers, o.workers)
+	}
+	if o.batch == 0 {
+		o.batch = min(o.workers, MaxReceiveBatch)
+	}
+	if o.batch < 1 || o.batch > MaxReceiveBatch {
+		return o, bindings.Errorf(bindings.CodeInvalidInput, "batch size: must be between 1 and %d, got %d", MaxReceiveBatch, o.batch)
+	}
+	if err := validVisibility("visibility", o.visibility); err != nil {
+		return o, err
+	}
+	if o.poll <= 0 {
+		return o, bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must be positive, got %s", o.poll)
+	}
+	if o.log == nil {
+		o.log = q.hints.log
+	}
+	return o, nil
+}
+
+// Consume runs handler on every message of the queue, on up to Workers
+// goroutines, until ctx ends. A handler that returns nil acks its message;
+// one that returns an error or panics (the panic is recovered and logged)
+// nacks it, so it comes back at once with Attempt one higher: check
+// m.Attempt in the handler to give up on a message that keeps failing.
+//
+// Consume claims when there is reason to: at start, when woken (exactly the
+// wake-ups of ReceiveWait: a Send or Nack in this process, a NATS hint, the
+// earliest future visible_at so a dead consumer's lease is re-offered the
+// moment it ends, the jittered fallback poll), and when a worker frees up
+// after a claim that came back full. Each claim takes at most as many
+// messages as there are idle workers, so nothing it claims waits for a
+// worker while its lease runs. Between wake-ups it does not poll the store,
+// so an idle consumer uses no CPU.
+//
+// When ctx ends, Consume stops claiming, waits for the handlers in flight to
+// return and acks or nacks their messages, then returns nil. Handlers
+// receive context.WithoutCancel(ctx): its values, never its cancellation,
+// so that a shutdown does not abort work half done; a handler that must stop
+// early has to watch a signal of its own. Consume returns an error for
+// invalid options or a nil handler (INVALID_INPUT, before claiming
+// anything) and when the queue handle is closed under it; failing store
+// operations are logged and retried with a backoff up to the poll interval.
+func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOption) error {
+	o, err := q.consumeOptions(opts)
+	if err != nil {
+		return err
+	}
+	if handler == nil {
+		return bindings.Errorf(bindings.CodeInvalidInput, "handler: must not be nil")
+	}
+	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
+		jobs: make(chan Message, o.workers), free: make(chan struct{}, o.workers)}
+	c.wg.Add(o.workers)
+	for range o.workers {
+		go c.work()
+	}
+	err = c.dispatch(ctx)
+	close(c.jobs)
+	c.wg.Wait()
+	return err
+}
+
+// consumer is one running Consume.
+type consumer struct {
+	q       *Queue
+	o       consumeOptions
+	handler Handler
+	hctx    context.Context // handlers' context: never cancelled
+	jobs    chan Message    // claimed messages, at most one per idle worker
+	free    chan struct{}   // a worker finished a message
+	wg      sync.WaitGroup
+}
+
+// errConsumeClosed is returned by Consume when its queue handle is closed.
+var errConsumeClosed = errors.New("queue handle closed while consuming")
+
+// dispatch claims messages for idle workers until ctx ends.
+func (c *consumer) dispatch(ctx context.Context) error {
+	q := c.q
+	idle := c.o.workers
+	look := true // the store may hold due messages we have not claimed
+	var local, hint <-chan struct{}
+	var wakeAt time.Time
+	backoff := time.Duration(0)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if look && idle > 0 {
+			// Take the wake channels first: a commit after this point
+			// wakes us even if the claim below misses it.
+			local, hint = q.hints.waitChans()
+			before := q.now()
+			k := min(c.o.batch, idle)
+			msgs, err := q.Receive(ctx, k, WithVisibility(c.o.visibility))
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return nil
+			case err != nil && q.hints.isClosed():
+				return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+			case err != nil:
+				backoff = min(max(2*backoff, minErrorBackoff), c.o.poll)
+				c.o.log.Warn("consume: claim failed; retrying", logKeyStore, q.Path(), logKeyErr, err, logKeyRetryIn, backoff)
+				look = false
+				wakeAt = time.Now().Add(backoff)
+			default:
+				backoff = 0
+				for _, m := range msgs {
+					idle--
+					c.jobs <- m // never blocks: one slot per worker
+				}
+				if len(msgs) == k {
+					continue // full: there may be more
+				}
+				look = false
+				wakeAt = q.wakeAt(ctx, before, c.o.poll)
+			}
+		}
+		// Wait. With no idle worker only a freed worker matters: a claim
+		// follows it if look is set, which a full claim always leaves set.
+		var lc, hc <-chan struct{}
+		var tc <-chan time.Time
+		waiting := idle > 0 && !look
+		if waiting {
+			lc, hc = local, hint
+			timer.Reset(time.Until(wakeAt))
+			tc = timer.C
+			q.hints.waiting.Add(1)
+		}
+		ev := c.wait(ctx, lc, hc, tc)
+		if waiting {
+			q.hints.waiting.Add(-1)
+		}
+		switch ev {
+		case evStop:
+			return nil
+		case evClosed:
+			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+		case evFree:
+			idle++
+		case evWake:
+			look = true
+		}
+	}
+}
+
+// Events that end a wait of the dispatcher.
+const (
+	evStop   = iota // ctx ended
+	evClosed        // the queue handle was closed
+	evFree          // a worker finished
+	evWake          // a reason to look at the store
+)
+
+// wait blocks until something the dispatcher reacts to happens. Nil
+// channels are never ready.
+func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan time.Time) int {
+	select {
+	case <-ctx.Done():
+		return evStop
+	case <-c.q.hints.done:
+		return evClosed
+	case <-c.free:
+		return evFree
+	case <-lc:
+		return evWake
+	case <-hc:
+		return evWake
+	case <-tc:
+		return evWake
+	}
+}
+
+// work runs handlers until jobs is closed and drained.
+func (c *consumer) work() {
+	defer c.wg.Done()
+	for m := range c.jobs {
+		c.process(m)
+		c.free <- struct{}{} // never blocks: one slot per worker
+	}
+}
+
+// process runs the handler on m, then acks or nacks m. The ack and nack
+// are not cancelled with Consume's ctx, so a finished message is settled.
+func (c *consumer) process(m Message) {
+	log := c.o.log
+	err := c.call(m)
+	var pe *panicError
+	switch {
+	case err == nil:
+		if aerr := c.q.Ack(c.hctx, m.ReceiptHandle); aerr != nil {
+			log.Warn("consume: ack failed; the message will be delivered again", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, aerr)
+		}
+		return
+	case errors.As(err, &pe):
+		log.Error("consume: handler panicked; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err, logKeyStack, string(pe.stack))
+	default:
+		log.Warn("consume: handler failed; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+	}
+	if nerr := c.q.Nack(c.hctx, m.ReceiptHandle); nerr != nil {
+		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
+	}
+}
+
+// call runs the handler; a panic becomes a *panicError.
+func (c *consumer) call(m Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return c.handler(c.hctx, m)
+}
+
+// panicError is a recovered handler panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
