@@ -1,0 +1,46 @@
+// Package supervisor is the engine behind `localcloud up`: it owns a stack's
+// data dir while up runs, keeps one open handle per binding, runs the
+// embedded NATS hint server, publishes what it serves in runtime.json,
+// applies edits of the stack file as a diff, and watches the stores for
+// being deleted, replaced or loosened.
+//
+// # Ownership
+//
+// One up owns a data dir at a time: [Start] takes an exclusive flock(2) on
+// <dataDir>/.lock and writes its pid into the file, so a second up fails at
+// once with a [*LockedError] naming the holder. The kernel drops the lock
+// when the owner dies, even by kill -9, so a stale lock needs no cleanup; a
+// runtime.json left behind is simply overwritten. [Probe] lets other
+// commands (env, status) ask whether an up owns a data dir without
+// disturbing it.
+//
+// # Lifecycle
+//
+// [Start] creates the data dir (0700), takes the lock, opens every store
+// (directories 0700, files 0600, format marker checked; a store of another
+// format stops the start and is left untouched) while the NATS server
+// starts, writes runtime.json and starts two background loops: the stack
+// file watcher and the health check. [Supervisor.Close] undoes it in reverse:
+// loops, stores, NATS, runtime.json, lock.
+//
+// # Reload
+//
+// The watcher watches the stack file's folder (editors replace files, which
+// breaks a watch on the file itself), filters by name and debounces. It and
+// SIGHUP (wired by the caller to [Supervisor.Reload]) re-read the file. A
+// valid file is applied as a diff by binding name: new bindings are opened,
+// removed ones closed (their files stay), changed settings applied (the
+// handle is reopened only when the type, path or durability changed),
+// unchanged bindings are not touched, and NATS stays up. A file with
+// mistakes, or a change that cannot be applied, is logged problem by problem
+// and the last good stack keeps being served.
+//
+// # Health
+//
+// Every [Options.HealthInterval] each binding's directory and database file
+// are compared, with stat(2) only, against the device and inode recorded
+// when the store was opened, and their modes against 0700 and 0600. The
+// database file is never opened here: closing any descriptor on it would
+// drop the locks SQLite holds. A problem is logged once when it appears and
+// once when it clears, and shown in runtime.json; nothing is ever recreated.
+package supervisor

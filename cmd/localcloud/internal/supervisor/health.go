@@ -1,0 +1,124 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+)
+
+// Modes every store keeps: its directory private to the user, its database
+// file readable and writable by the user only.
+const (
+	DirMode  fs.FileMode = 0o700
+	FileMode fs.FileMode = 0o600
+)
+
+// HealthAdvice is what to do about a deleted or replaced store; up logs it
+// with the problem, status prints it under the table.
+const HealthAdvice = "localcloud up never recreates a deleted or replaced store: restore it, or remove the binding from the stack and restart up"
+
+// check looks at the store's directory and database file with stat(2) only
+// (opening the file would risk SQLite's locks) and returns HealthOK or the
+// problems found.
+func (s *store) check() string {
+	var probs []string
+	di, err := os.Stat(s.cfg.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "store directory deleted"
+	case err != nil:
+		return fmt.Sprintf("cannot stat store directory: %v", err)
+	case !di.IsDir():
+		return "store directory replaced by a file"
+	case idOf(di) != s.dirID:
+		return "store directory replaced (different inode)"
+	}
+	if perm := di.Mode().Perm(); perm != DirMode {
+		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, DirMode))
+	}
+	fi, err := os.Stat(s.file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		probs = append(probs, "database file deleted")
+	case err != nil:
+		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
+	case idOf(fi) != s.fileID:
+		probs = append(probs, "database file replaced (different inode)")
+	default:
+		if perm := fi.Mode().Perm(); perm != FileMode {
+			probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", perm, FileMode))
+		}
+	}
+	if len(probs) == 0 {
+		return HealthOK
+	}
+	return strings.Join(probs, "; ")
+}
+
+// CheckHealth checks every store and the owner lock now, logs what changed
+// since the last check and updates runtime.json if anything did.
+func (s *Supervisor) CheckHealth() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.checkHealthLocked(true)
+}
+
+// checkHealthLocked runs the checks; with write it also rewrites
+// runtime.json when a health changed (or when the last write failed).
+func (s *Supervisor) checkHealthLocked(write bool) {
+	changed := false
+	for _, b := range s.stack.Bindings {
+		x := s.stores[b.Name]
+		if x == nil {
+			continue
+		}
+		h := x.check()
+		if h == x.health {
+			continue
+		}
+		changed = true
+		if h == HealthOK {
+			s.log.Info("binding healthy again", keyBinding, b.Name, keyPath, b.Path)
+		} else {
+			s.log.Warn("binding unhealthy", keyBinding, b.Name, keyPath, b.Path, keyProblem, h, "advice", HealthAdvice)
+		}
+		x.health = h
+	}
+	h := HealthOK
+	if p := s.lock.check(); p != "" {
+		h = p
+	}
+	if h != s.health {
+		changed = true
+		if h == HealthOK {
+			s.log.Info("owner lock file healthy again", keyPath, s.lock.path)
+		} else {
+			s.log.Warn("owner lock file lost", keyPath, s.lock.path, keyProblem, h)
+		}
+		s.health = h
+	}
+	if write && (changed || s.writeFailing) {
+		_ = s.writeRuntimeLocked()
+	}
+}
+
+func (s *Supervisor) healthLoop(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.CheckHealth()
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/localcloud/localcloud/config"
+)
+
+// ErrNeedsRestart is wrapped by the error of a reload whose change cannot be
+// applied while up runs.
+var ErrNeedsRestart = errors.New("change needs a restart of localcloud up")
+
+// Diff is what a reload changed, by binding name, each list sorted.
+type Diff struct {
+	Added   []string // opened
+	Removed []string // closed; their files stay
+	// Reopened had their type, path or durability changed: the old handle
+	// was closed and a new one opened.
+	Reopened []string
+	// Updated had only settings changed that the open handle does not use
+	// (visibility timeout, max attempts, dead letter): the handle was kept.
+	Updated []string
+	// Renamed is set when the stack's name changed (and with it the hint
+	// subjects).
+	Renamed bool
+}
+
+// Empty reports whether nothing changed.
+func (d Diff) Empty() bool {
+	return len(d.Added)+len(d.Removed)+len(d.Reopened)+len(d.Updated) == 0 && !d.Renamed
+}
+
+// Reload re-reads the stack file and applies it as a diff (see the package
+// doc). reason says what triggered it, for the log. A file that cannot be
+// read or has mistakes, or a change that cannot be applied, is logged
+// problem by problem, recorded in runtime.json, and returned; the last good
+// stack keeps being served.
+func (s *Supervisor) Reload(ctx context.Context, reason string) (Diff, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Diff{}, errors.New("reload: supervisor closed")
+	}
+	if s.stackFile == "" {
+		return Diff{}, errors.New("reload: the stack was not read from a file")
+	}
+	st, err := config.Load(s.stackFile, s.opts.LoadOptions...)
+	if err == nil {
+		var d Diff
+		if d, err = s.applyLocked(ctx, st); err == nil {
+			s.logDiff(d, reason)
+			return d, nil
+		}
+	}
+	s.reloadFailedLocked(err)
+	return Diff{}, err
+}
+
+// Apply applies an already loaded stack, like Reload does after reading the
+// file.
+func (s *Supervisor) Apply(ctx context.Context, st *config.Stack) (Diff, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Diff{}, errors.New("apply stack: supervisor closed")
+	}
+	d, err := s.applyLocked(ctx, st)
+	if err != nil {
+		s.reloadFailedLocked(err)
+		return Diff{}, err
+	}
+	s.logDiff(d, "apply")
+	return d, nil
+}
+
+func (s *Supervisor) logDiff(d Diff, reason string) {
+	if d.Empty() {
+		s.log.Info("stack reloaded; nothing changed", "reason", reason)
+		return
+	}
+	s.log.Info("stack reloaded", "reason", reason,
+		"added", strings.Join(d.Added, ","), "removed", strings.Join(d.Removed, ","),
+		"reopened", strings.Join(d.Reopened, ","), "updated", strings.Join(d.Updated, ","),
+		"stack", s.stack.Name, "bindings", len(s.stores))
+	for _, n := range d.Removed {
+		s.log.Info("binding no longer served; its files were kept", keyBinding, n)
+	}
+}
+
+// reloadFailedLocked logs every problem of err and records it in
+// runtime.json.
+func (s *Supervisor) reloadFailedLocked(err error) {
+	var ce *config.Errors
+	if errors.As(err, &ce) {
+		s.log.Error("stack file has mistakes; keeping the last good stack", keyFile, s.stackFile, "problems", len(ce.Problems))
+		for _, p := range ce.Problems {
+			s.log.Error("stack file problem", keyProblem, p.String())
+		}
+	} else {
+		s.log.Error("cannot apply the stack file; keeping the last good stack", keyFile, s.stackFile, keyErr, err)
+	}
+	s.reloadErr = err.Error()
+	_ = s.writeRuntimeLocked()
+}
+
+// sameSettings compares two bindings of one name, ignoring their line.
+func sameSettings(a, b config.Binding) bool {
+	a.Line, b.Line = 0, 0
+	return a == b
+}
+
+// needsReopen reports whether going from a to b needs a new handle.
+func needsReopen(a, b config.Binding) bool {
+	return a.Type != b.Type || a.Path != b.Path || a.Durability != b.Durability
+}
+
+// applyLocked opens what the new stack needs first and commits only when
+// every open worked, so a failed reload leaves the old stack fully served.
+func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, error) {
+	var d Diff
+	if st.DataDir != s.dataDir {
+		return d, fmt.Errorf("dataDir changed from %s to %s: %w", s.dataDir, st.DataDir, ErrNeedsRestart)
+	}
+	old := s.stack
+	if st.Notify != old.Notify {
+		s.log.Warn("notify settings changed; they apply after a restart of localcloud up", "url", s.nats.URL())
+	}
+	var toOpen []config.Binding
+	for _, b := range st.Bindings {
+		cur, ok := s.stores[b.Name]
+		switch {
+		case !ok:
+			d.Added = append(d.Added, b.Name)
+			toOpen = append(toOpen, b)
+		case sameSettings(cur.cfg, b):
+		case needsReopen(cur.cfg, b):
+			d.Reopened = append(d.Reopened, b.Name)
+			toOpen = append(toOpen, b)
+		default:
+			d.Updated = append(d.Updated, b.Name)
+		}
+	}
+	for name := range s.stores {
+		if _, ok := st.Binding(name); !ok {
+			d.Removed = append(d.Removed, name)
+		}
+	}
+	slices.Sort(d.Removed)
+	d.Renamed = st.Name != old.Name
+
+	opened, err := openStores(ctx, toOpen, s.log)
+	if err != nil {
+		return Diff{}, err
+	}
+	for _, n := range d.Removed {
+		s.stores[n].close(s.log)
+		delete(s.stores, n)
+	}
+	for _, x := range opened {
+		if cur, ok := s.stores[x.cfg.Name]; ok {
+			cur.close(s.log)
+		}
+		s.stores[x.cfg.Name] = x
+	}
+	for _, n := range d.Updated {
+		b, _ := st.Binding(n)
+		s.stores[n].cfg = *b
+	}
+	s.stack = st
+	s.reloadErr = ""
+	s.checkHealthLocked(false)
+	_ = s.writeRuntimeLocked()
+	return d, nil
+}

@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/config"
+)
+
+// store is the open handle of one binding and what its health check
+// compares against.
+type store struct {
+	cfg    config.Binding
+	kv     *kv.Store    // set for a kv binding
+	queue  *queue.Queue // set for a queue binding; later publishes hints and checks data_version
+	file   string       // the database file
+	dirID  fileID       // recorded right after the open
+	fileID fileID
+	health string
+}
+
+// dbFile returns the database file of a binding.
+func dbFile(b config.Binding) string {
+	if b.Type == config.TypeQueue {
+		return filepath.Join(b.Path, queue.FileName)
+	}
+	return filepath.Join(b.Path, kv.FileName)
+}
+
+// openStore opens or creates the store of b: directory 0700, file 0600,
+// format marker checked. A store of another format is left untouched.
+func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store, error) {
+	d, err := bindings.ParseDurability(b.Durability)
+	if err != nil {
+		return nil, fmt.Errorf("open binding %s: %w", b.Name, err)
+	}
+	s := &store{cfg: b, file: dbFile(b), health: HealthOK}
+	l := log.With(keyBinding, b.Name)
+	switch b.Type {
+	case config.TypeKV:
+		s.kv, err = kv.Open(ctx, b.Path, kv.WithDurability(d), kv.WithLogger(l))
+	case config.TypeQueue:
+		opts := []queue.Option{queue.WithDurability(d), queue.WithLogger(l)}
+		if b.VisibilityTimeout > 0 {
+			opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
+		}
+		s.queue, err = queue.Open(ctx, b.Path, opts...)
+	default:
+		err = fmt.Errorf("unknown binding type %q", b.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s binding %s in %s: %w", b.Type, b.Name, b.Path, err)
+	}
+	di, err1 := os.Stat(b.Path)
+	fi, err2 := os.Stat(s.file)
+	if err1 != nil || err2 != nil {
+		s.closeHandle()
+		return nil, fmt.Errorf("open %s binding %s: stat store: %w", b.Type, b.Name, firstErr(err1, err2))
+	}
+	s.dirID, s.fileID = idOf(di), idOf(fi)
+	return s, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *store) closeHandle() error {
+	if s.kv != nil {
+		return s.kv.Close()
+	}
+	if s.queue != nil {
+		return s.queue.Close()
+	}
+	return nil
+}
+
+// close releases the handle, except when the store's directory or file is
+// no longer the one that was opened: then closing would let SQLite
+// checkpoint and delete "<file>-wal" by name, touching the files of
+// whatever now sits at the path. The handle is then left to the process's
+// exit. It reports whether the handle was closed.
+func (s *store) close(log *slog.Logger) bool {
+	if !s.sameIdentity() {
+		log.Warn("store was deleted or replaced; leaving its handle open until exit so closing it cannot touch the files now at its path",
+			keyBinding, s.cfg.Name, keyPath, s.cfg.Path)
+		return false
+	}
+	if err := s.closeHandle(); err != nil {
+		log.Warn("close store", keyBinding, s.cfg.Name, keyErr, err)
+	}
+	return true
+}
+
+// sameIdentity reports whether the directory and the file at the store's
+// path are still the ones that were opened.
+func (s *store) sameIdentity() bool {
+	di, err := os.Stat(s.cfg.Path)
+	if err != nil || idOf(di) != s.dirID {
+		return false
+	}
+	fi, err := os.Stat(s.file)
+	return err == nil && idOf(fi) == s.fileID
+}
+
+// openStores opens the stores of bs in parallel; the open of one store is a
+// handful of small synchronous writes, so this mostly overlaps their waits.
+// On any failure it closes what it opened and returns every error.
+func openStores(ctx context.Context, bs []config.Binding, log *slog.Logger) ([]*store, error) {
+	out := make([]*store, len(bs))
+	errs := make([]error, len(bs))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = openStore(ctx, b, log)
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		for _, s := range out {
+			if s != nil {
+				_ = s.closeHandle()
+			}
+		}
+		return nil, joinErrors(failed)
+	}
+	return out, nil
+}

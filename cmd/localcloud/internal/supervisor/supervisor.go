@@ -1,0 +1,297 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// Defaults of Options.
+const (
+	// DefaultHealthInterval is how often the stores are checked. Defaults
+	// to 1 second.
+	DefaultHealthInterval = time.Second
+	// DefaultReloadDebounce is how long the stack file must be quiet after
+	// an event before it is re-read: a plain save gives two writes
+	// (truncate, then write), an editor's save a burst of events. Defaults
+	// to 100 milliseconds.
+	DefaultReloadDebounce = 100 * time.Millisecond
+)
+
+// Log attribute keys.
+const (
+	keyBinding = "binding"
+	keyPath    = "path"
+	keyErr     = "err"
+	keyFile    = "file"
+	keyProblem = "problem"
+)
+
+// Options configures Start.
+type Options struct {
+	// Logger receives up's log lines. Defaults to discarding them.
+	Logger *slog.Logger
+	// NATSLogger receives the embedded NATS server's own lines. Defaults
+	// to Logger.
+	NATSLogger *slog.Logger
+	// LoadOptions are passed to config.Load on every reload (the same as
+	// for the first load, so ${NAME} resolves the same way).
+	LoadOptions []config.Option
+	// HealthInterval is the period of the health check; negative disables
+	// the loop (tests call CheckHealth). Defaults to DefaultHealthInterval.
+	HealthInterval time.Duration
+	// ReloadDebounce is the quiet time after a stack file event before the
+	// reload. Defaults to DefaultReloadDebounce.
+	ReloadDebounce time.Duration
+	// NoWatch turns the stack file watcher off (SIGHUP still reloads).
+	NoWatch bool
+}
+
+// Supervisor is a running up. Create it with Start; stop it with Close.
+type Supervisor struct {
+	opts      Options
+	log       *slog.Logger
+	dataDir   string
+	stackFile string
+	lock      *ownerLock
+	nats      *notify.Server
+	pid       int
+	startedAt time.Time
+
+	mu           sync.Mutex // guards everything below and serialises reloads and health checks
+	stack        *config.Stack
+	stores       map[string]*store
+	health       string // the owner lock's
+	reloadErr    string
+	writeFailing bool // the last runtime.json write failed (logged once)
+	closed       bool
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start brings a checked stack up: data dir, owner lock, stores, NATS,
+// runtime.json, then the watcher and health loops. ctx bounds the start
+// only. On failure everything started is undone and nothing is left
+// running; stores of another format are left untouched.
+func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.NATSLogger == nil {
+		opts.NATSLogger = opts.Logger
+	}
+	if opts.HealthInterval == 0 {
+		opts.HealthInterval = DefaultHealthInterval
+	}
+	if opts.ReloadDebounce <= 0 {
+		opts.ReloadDebounce = DefaultReloadDebounce
+	}
+	s := &Supervisor{
+		opts:      opts,
+		log:       opts.Logger,
+		dataDir:   st.DataDir,
+		stackFile: st.File,
+		pid:       os.Getpid(),
+		startedAt: time.Now().UTC().Truncate(time.Second),
+		stack:     st,
+		stores:    make(map[string]*store, len(st.Bindings)),
+		health:    HealthOK,
+	}
+	if err := os.MkdirAll(st.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	lock, err := acquireOwnerLock(st.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	removeStaleTemps(st.DataDir)
+
+	// NATS takes ~30 ms to listen; open the stores meanwhile.
+	type natsResult struct {
+		srv *notify.Server
+		err error
+	}
+	natsDone := make(chan natsResult, 1)
+	go func() {
+		srv, err := notify.StartServer(ctx, notify.ServerOptions{
+			Listen: st.Notify.Listen,
+			Token:  st.Notify.Token,
+			Logger: opts.NATSLogger,
+		})
+		natsDone <- natsResult{srv, err}
+	}()
+	stores, storeErr := openStores(ctx, st.Bindings, s.log)
+	nr := <-natsDone
+	if storeErr != nil || nr.err != nil {
+		for _, x := range stores {
+			_ = x.closeHandle()
+		}
+		nr.srv.Shutdown()
+		lock.release()
+		return nil, joinErrors([]error{storeErr, nr.err})
+	}
+	s.nats = nr.srv
+	for _, x := range stores {
+		s.stores[x.cfg.Name] = x
+	}
+
+	s.mu.Lock()
+	s.checkHealthLocked(false)
+	err = s.writeRuntimeLocked()
+	s.mu.Unlock()
+	if err != nil {
+		s.closeResources()
+		return nil, err
+	}
+
+	loopCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if !opts.NoWatch && st.File != "" {
+		if err := s.startWatcher(loopCtx); err != nil {
+			// Not fatal: SIGHUP still reloads.
+			s.log.Warn("cannot watch the stack file; reload with SIGHUP", keyFile, st.File, keyErr, err)
+		}
+	}
+	if opts.HealthInterval > 0 {
+		s.wg.Add(1)
+		go s.healthLoop(loopCtx)
+	}
+	return s, nil
+}
+
+// joinErrors joins the non-nil errors; one error is returned as it is.
+func joinErrors(errs []error) error {
+	var out []error
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return errors.Join(out...)
+}
+
+// URL returns the NATS URL clients connect to.
+func (s *Supervisor) URL() string { return s.nats.URL() }
+
+// Stack returns the stack being served: the last good one.
+func (s *Supervisor) Stack() *config.Stack {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stack
+}
+
+// Runtime returns what runtime.json holds now.
+func (s *Supervisor) Runtime() Runtime {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runtimeLocked()
+}
+
+func (s *Supervisor) runtimeLocked() Runtime {
+	rt := Runtime{
+		PID:             s.pid,
+		StartedAt:       s.startedAt,
+		NATSURL:         s.nats.URL(),
+		Stack:           s.stack.Name,
+		StackFile:       s.stackFile,
+		DataDir:         s.dataDir,
+		Health:          s.health,
+		LastReloadError: s.reloadErr,
+		Bindings:        make([]RuntimeBinding, 0, len(s.stores)),
+	}
+	for _, b := range s.stack.Bindings {
+		x := s.stores[b.Name]
+		if x == nil {
+			continue
+		}
+		rb := RuntimeBinding{
+			Name:       b.Name,
+			Type:       string(b.Type),
+			Path:       b.Path,
+			Durability: b.Durability,
+			Health:     x.health,
+		}
+		if b.Type == config.TypeQueue {
+			rb.Subject = config.Subject(s.stack.Name, b.Name)
+			rb.VisibilityTimeout = b.VisibilityTimeout.String()
+			rb.MaxAttempts = b.MaxAttempts
+			rb.DeadLetter = b.DeadLetter
+		}
+		rt.Bindings = append(rt.Bindings, rb)
+	}
+	return rt
+}
+
+// writeRuntimeLocked rewrites runtime.json, logging a failure once until a
+// write succeeds again.
+func (s *Supervisor) writeRuntimeLocked() error {
+	rt := s.runtimeLocked()
+	err := writeRuntime(s.dataDir, &rt)
+	switch {
+	case err != nil && !s.writeFailing:
+		s.writeFailing = true
+		s.log.Error("cannot update the runtime file; status and env may be out of date", keyErr, err)
+	case err == nil && s.writeFailing:
+		s.writeFailing = false
+		s.log.Info("runtime file updated again")
+	}
+	return err
+}
+
+// Bindings returns the names of the bindings being served, sorted.
+func (s *Supervisor) Bindings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.stores))
+	for n := range s.stores {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Close stops the loops, closes the stores, shuts NATS down, removes
+// runtime.json and releases the owner lock, in that order. It is safe to
+// call more than once; later calls return the first result.
+func (s *Supervisor) Close() error {
+	s.closeOnce.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		s.closeErr = s.closeResources()
+	})
+	return s.closeErr
+}
+
+func (s *Supervisor) closeResources() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, x := range s.stores {
+		x.close(s.log)
+	}
+	s.stores = map[string]*store{}
+	s.nats.Shutdown()
+	err := removeRuntime(s.dataDir)
+	s.lock.release()
+	return err
+}
