@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/localcloud/localcloud/config"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// app is what every command gets from the process: its standard streams and
+// environment, injected so tests can drive commands in process.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+	environ        func() []string
+	// notify and stopNotify are signal.Notify and signal.Stop.
+	notify     func(c chan<- os.Signal, sig ...os.Signal)
+	stopNotify func(c chan<- os.Signal)
+	// exit ends the process at once (a second signal during shutdown).
+	exit func(code int)
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
+	return &app{
+		stdin:      stdin,
+		stdout:     stdout,
+		stderr:     stderr,
+		lookupEnv:  os.LookupEnv,
+		environ:    os.Environ,
+		notify:     signal.Notify,
+		stopNotify: signal.Stop,
+		exit:       os.Exit,
+	}
+}
+
+func (a *app) getenv(name string) string {
+	v, _ := a.lookupEnv(name)
+	return v
+}
+
+// command is one subcommand: a struct with a flag.FlagSet.
+type command interface {
+	// Run parses args (the arguments after the command's name) and runs.
+	Run(ctx context.Context, args []string) error
+	// Usage prints the command's help to stdout.
+	Usage()
+}
+
+const usageText = `localcloud runs local KV stores and queues for development.
+
+Usage:
+  localcloud <command> [flags]
+
+Commands:
+  up        provision a stack's stores and serve them until stopped
+  validate  check a stack file and list its bindings
+  env       print the environment an app needs to find its bindings
+  run       run a command with that environment
+  status    show whether up runs and the state of each binding
+
+Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
+else ./stack.yaml.
+
+Run "localcloud <command> -h" for a command's flags.
+Exit codes: 0 success, 1 failure, 2 usage mistake; run passes its command's on.
+`
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return newApp(stdin, stdout, stderr).main(ctx, args)
+}
+
+func (a *app) commands() map[string]command {
+	return map[string]command{
+		"up":       &upCommand{app: a},
+		"validate": &validateCommand{app: a},
+		"env":      &envCommand{app: a},
+		"run":      &runCommand{app: a},
+		"status":   &statusCommand{app: a},
+	}
+}
+
+func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(a.stderr, usageText)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && name == "help" {
+			if c, ok := a.commands()[args[1]]; ok {
+				c.Usage()
+				return exitOK
+			}
+		}
+		fmt.Fprint(a.stdout, usageText)
+		return exitOK
+	}
+	c, ok := a.commands()[name]
+	if !ok {
+		return a.fail(&usageError{
+			msg: fmt.Sprintf("unknown command %q", name),
+			try: "localcloud -h lists the commands: " + strings.Join(a.commandNames(), ", "),
+		})
+	}
+	err := c.Run(ctx, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		c.Usage()
+		return exitOK
+	}
+	return a.fail(err)
+}
+
+func (a *app) commandNames() []string {
+	var names []string
+	for n := range a.commands() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// usageError is a mistake in the command line: exit code 2.
+type usageError struct {
+	msg string
+	try string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+// hintError is a failure with a suggestion printed as "Try: ...".
+type hintError struct {
+	err error
+	try string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+// exitCodeError ends the process with code and prints nothing: run passes
+// its command's exit code on this way.
+type exitCodeError struct{ code int }
+
+func (e *exitCodeError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// fail prints err as "Error: ..." (plus "Try: ..." when there is a hint)
+// and returns its exit code.
+func (a *app) fail(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var code *exitCodeError
+	if errors.As(err, &code) {
+		return code.code
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(a.stderr, "Error: %s\n", ue.msg)
+		if ue.try != "" {
+			fmt.Fprintf(a.stderr, "Try: %s\n", ue.try)
+		}
+		return exitUsage
+	}
+	var ce *config.Errors
+	if errors.As(err, &ce) {
+		n := len(ce.Problems)
+		s := "s"
+		if n == 1 {
+			s = ""
+		}
+		fmt.Fprintf(a.stderr, "Error: invalid stack file: %d problem%s\n", n, s)
+		for _, p := range ce.Problems {
+			fmt.Fprintln(a.stderr, p.String())
+		}
+		return exitFailure
+	}
+	fmt.Fprintf(a.stderr, "Error: %s\n", oneLine(err.Error()))
+	var he *hintError
+	if errors.As(err, &he) && he.try != "" {
+		fmt.Fprintf(a.stderr, "Try: %s\n", he.try)
+	}
+	return exitFailure
+}
+
+// oneLine indents the continuation lines of a multi-line message so each
+// Error stays one visual block.
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n       ")
+}
+
+// newFlagSet returns a flag set that reports instead of printing: Run turns
+// its errors into usage errors with parseFlags.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args; -h gives flag.ErrHelp (Usage, exit 0), a bad flag
+// a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &usageError{msg: err.Error(), try: fmt.Sprintf("localcloud %s -h", fs.Name())}
+}
+
+// noArgs refuses positional arguments for commands that take none.
+func noArgs(fs *flag.FlagSet) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	return &usageError{
+		msg: fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), fs.Arg(0)),
+		try: fmt.Sprintf("localcloud %s -h", fs.Name()),
+	}
+}
+
+// stackFlag adds the -f flag every command has.
+func stackFlag(fs *flag.FlagSet) *string {
+	return fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else ./stack.yaml)")
+}
+
+// stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml.
+func (a *app) stackPath(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return config.DefaultFile(a.getenv)
+}
+
+// loadStack reads and checks the stack file named by -f (see stackPath).
+func (a *app) loadStack(flagValue string) (*config.Stack, error) {
+	path := a.stackPath(flagValue)
+	st, err := config.Load(path, a.loadOptions()...)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &hintError{
+			err: fmt.Errorf("stack file %s not found", path),
+			try: "name the stack file with -f FILE or $LOCALCLOUD_STACK, or start from examples/stack.yaml",
+		}
+	}
+	return st, err
+}
+
+func (a *app) loadOptions() []config.Option {
+	return []config.Option{config.WithLookupEnv(a.lookupEnv)}
+}
+
+// printDefaults prints a flag set's flags, as the Usage texts end with.
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// lockedWriter serialises writes of several log handlers to one stream.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// loggers returns up's logger and the quieter one for the embedded NATS
+// server (warnings only unless verbose), both slog text on stderr.
+func (a *app) loggers(verbose bool) (log, natsLog *slog.Logger) {
+	w := &lockedWriter{w: a.stderr}
+	level, natsLevel := slog.LevelInfo, slog.LevelWarn
+	if verbose {
+		level, natsLevel = slog.LevelDebug, slog.LevelDebug
+	}
+	log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	natsLog = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: natsLevel}))
+	return log, natsLog
+}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/config"
+)
+
+// countTimeout bounds the count queries on one store.
+const countTimeout = 2 * time.Second
+
+// statusCommand shows whether up runs and the state of each binding.
+type statusCommand struct {
+	app *app
+}
+
+func (c *statusCommand) flags() (fs *flag.FlagSet, file *string, asJSON *bool) {
+	fs = newFlagSet("status")
+	file = stackFlag(fs)
+	asJSON = fs.Bool("json", false, "print one JSON object instead of a table")
+	return fs, file, asJSON
+}
+
+// statusReport is what status prints; its JSON form is the --json output.
+type statusReport struct {
+	Running         bool            `json:"running"`
+	PID             int             `json:"pid,omitempty"`
+	NATSURL         string          `json:"natsUrl,omitempty"`
+	StartedAt       *time.Time      `json:"startedAt,omitempty"`
+	UptimeSeconds   int64           `json:"uptimeSeconds,omitempty"`
+	Stack           string          `json:"stack"`
+	StackFile       string          `json:"stackFile"`
+	DataDir         string          `json:"dataDir"`
+	Health          string          `json:"health,omitempty"`
+	LastReloadError string          `json:"lastReloadError,omitempty"`
+	Bindings        []statusBinding `json:"bindings"`
+}
+
+type statusBinding struct {
+	Name    string       `json:"name"`
+	Type    string       `json:"type"`
+	Path    string       `json:"path"`
+	Subject string       `json:"subject,omitempty"`
+	Health  string       `json:"health"`
+	KV      *kvCounts    `json:"kv,omitempty"`
+	Queue   *queueCounts `json:"queue,omitempty"`
+	// CountError says why the counts are missing.
+	CountError string `json:"countError,omitempty"`
+}
+
+type kvCounts struct {
+	Live    int64 `json:"live"`
+	Expired int64 `json:"expired"`
+}
+
+type queueCounts struct {
+	Due      int64 `json:"due"`
+	InFlight int64 `json:"inFlight"`
+	// OldestAgeMillis is the age of the oldest message; 0 when empty.
+	OldestAgeMillis int64 `json:"oldestAgeMillis"`
+}
+
+func (c *statusCommand) Run(ctx context.Context, args []string) error {
+	fs, file, asJSON := c.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	st, err := c.app.loadStack(*file)
+	if err != nil {
+		return err
+	}
+	rep, err := buildStatus(ctx, st, time.Now())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(c.app.stdout)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printStatus(c.app.stdout, rep, time.Now())
+	return nil
+}
+
+// buildStatus gathers the report: from runtime.json while up runs (its
+// bindings and their health), from the stack file otherwise; counts from
+// each store opened read-only.
+func buildStatus(ctx context.Context, st *config.Stack, now time.Time) (*statusReport, error) {
+	rt, running, err := supervisor.Probe(st.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statusReport{Running: running, Stack: st.Name, StackFile: st.File, DataDir: st.DataDir}
+	if rt != nil {
+		started := rt.StartedAt
+		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
+		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
+		rep.Stack, rep.StackFile, rep.Health, rep.LastReloadError = rt.Stack, rt.StackFile, rt.Health, rt.LastReloadError
+		for _, b := range rt.Bindings {
+			rep.Bindings = append(rep.Bindings, statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Health: b.Health})
+		}
+	} else {
+		for _, b := range st.Bindings {
+			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, Health: offlineHealth(b)}
+			if b.Type == config.TypeQueue {
+				sb.Subject = config.Subject(st.Name, b.Name)
+			}
+			rep.Bindings = append(rep.Bindings, sb)
+		}
+	}
+	for i := range rep.Bindings {
+		countStore(ctx, &rep.Bindings[i], now)
+	}
+	return rep, nil
+}
+
+// offlineHealth is the health of a binding while no up runs: whether its
+// store exists, with the modes up keeps.
+func offlineHealth(b config.Binding) string {
+	di, err := os.Stat(b.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "not provisioned; localcloud up creates it"
+	}
+	if err != nil {
+		return fmt.Sprintf("cannot stat store directory: %v", err)
+	}
+	var probs []string
+	if perm := di.Mode().Perm(); perm != supervisor.DirMode {
+		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, supervisor.DirMode))
+	}
+	name := kv.FileName
+	if b.Type == config.TypeQueue {
+		name = queue.FileName
+	}
+	fi, err := os.Stat(filepath.Join(b.Path, name))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		probs = append(probs, "no database file; localcloud up creates it")
+	case err != nil:
+		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
+	case fi.Mode().Perm() != supervisor.FileMode:
+		probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", fi.Mode().Perm(), supervisor.FileMode))
+	}
+	if len(probs) == 0 {
+		return supervisor.HealthOK
+	}
+	return strings.Join(probs, "; ")
+}
+
+// The count queries. Read-only handles run them on their query-only pool.
+const (
+	stmtKVCounts = `SELECT
+COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
+FROM kv`
+	stmtQueueCounts = `SELECT
+COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN visible_at > ?1 THEN 1 ELSE 0 END), 0),
+MIN(enqueued_at)
+FROM messages`
+)
+
+// countStore fills in a binding's counts by opening its store read-only. A
+// store that is missing is not opened (opening never creates it anyway).
+func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, countTimeout)
+	defer cancel()
+	ms := now.UnixMilli()
+	switch config.Type(sb.Type) {
+	case config.TypeKV:
+		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
+			return
+		}
+		s, err := kv.Open(ctx, sb.Path, kv.ReadOnly())
+		if err != nil {
+			sb.CountError = err.Error()
+			return
+		}
+		defer s.Close()
+		var c kvCounts
+		if err := s.DB().R.QueryRowContext(ctx, stmtKVCounts, ms).Scan(&c.Live, &c.Expired); err != nil {
+			sb.CountError = fmt.Sprintf("count keys: %v", err)
+			return
+		}
+		sb.KV = &c
+	case config.TypeQueue:
+		if !fileExists(filepath.Join(sb.Path, queue.FileName)) {
+			return
+		}
+		q, err := queue.Open(ctx, sb.Path, queue.ReadOnly())
+		if err != nil {
+			sb.CountError = err.Error()
+			return
+		}
+		defer q.Close()
+		var c queueCounts
+		var oldest sql.NullInt64
+		if err := q.DB().R.QueryRowContext(ctx, stmtQueueCounts, ms).Scan(&c.Due, &c.InFlight, &oldest); err != nil {
+			sb.CountError = fmt.Sprintf("count messages: %v", err)
+			return
+		}
+		if oldest.Valid && oldest.Int64 < ms {
+			c.OldestAgeMillis = ms - oldest.Int64
+		}
+		sb.Queue = &c
+	}
+}
+
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, now time.Time) {
+	switch {
+	case rep.Running && rep.PID > 0:
+		up := time.Duration(rep.UptimeSeconds) * time.Second
+		fmt.Fprintf(w, "up: running, pid %d, up %s, NATS %s\n", rep.PID, up, rep.NATSURL)
+	case rep.Running:
+		fmt.Fprintln(w, "up: starting")
+	default:
+		fmt.Fprintf(w, "up: not running (start it with: localcloud up -f %s)\n", rep.StackFile)
+	}
+	fmt.Fprintf(w, "stack: %s (%s), data dir %s\n", rep.Stack, rep.StackFile, rep.DataDir)
+	if rep.Health != "" && rep.Health != supervisor.HealthOK {
+		fmt.Fprintf(w, "problem: %s\n", rep.Health)
+	}
+	if rep.LastReloadError != "" {
+		fmt.Fprintln(w, "stack file: the last edit was not applied; up serves the last good stack:")
+		for _, l := range strings.Split(rep.LastReloadError, "\n") {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTYPE\tHEALTH\tCONTENTS\tPATH")
+	for _, b := range rep.Bindings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, b.Health, contents(b), b.Path)
+	}
+	tw.Flush()
+	for _, b := range rep.Bindings {
+		if b.Health != supervisor.HealthOK && rep.Running {
+			fmt.Fprintf(w, "\n%s.\n", supervisor.HealthAdvice)
+			break
+		}
+	}
+}
+
+func contents(b statusBinding) string {
+	switch {
+	case b.KV != nil:
+		return fmt.Sprintf("%d live keys, %d expired", b.KV.Live, b.KV.Expired)
+	case b.Queue != nil:
+		s := fmt.Sprintf("%d due, %d in flight", b.Queue.Due, b.Queue.InFlight)
+		if b.Queue.Due+b.Queue.InFlight > 0 {
+			s += ", oldest " + (time.Duration(b.Queue.OldestAgeMillis) * time.Millisecond).Truncate(time.Second).String()
+		}
+		return s
+	case b.CountError != "":
+		return "unknown: " + b.CountError
+	}
+	return "-"
+}
+
+func (c *statusCommand) Usage() {
+	fs, _, _ := c.flags()
+	fmt.Fprint(c.app.stdout, `Show whether up runs and the state of each binding.
+
+Usage:
+  localcloud status [-f FILE] [--json]
+
+Shows whether localcloud up serves the stack's data dir (pid, NATS URL,
+uptime) and per binding its type, health, path and contents: live and
+expired keys of a KV store; due and in-flight messages and the age of the
+oldest message of a queue. The stores are opened read-only. While up runs
+the bindings and their health are the ones up serves; otherwise the stack
+file's.
+
+Flags:
+`)
+	printDefaults(c.app.stdout, fs)
+}

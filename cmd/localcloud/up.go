@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// shutdownTimeout bounds a graceful stop, so up exits within 5 s of the
+// first signal.
+const shutdownTimeout = 4500 * time.Millisecond
+
+// readyMsg is the message of the log line that says up is serving. Scripts
+// wait for a stderr line containing "msg=ready".
+const readyMsg = "ready"
+
+// upCommand provisions a stack and serves it until a signal.
+type upCommand struct {
+	app *app
+}
+
+func (c *upCommand) flags() (fs *flag.FlagSet, file *string, verbose *bool) {
+	fs = newFlagSet("up")
+	file = stackFlag(fs)
+	verbose = fs.Bool("v", false, "log debug lines, including the embedded NATS server's")
+	return fs, file, verbose
+}
+
+func (c *upCommand) Run(ctx context.Context, args []string) error {
+	fs, file, verbose := c.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	// Listen before anything else, so a signal during the start is not lost
+	// (it is handled once the start returns).
+	sigs := make(chan os.Signal, 8)
+	c.app.notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer c.app.stopNotify(sigs)
+
+	st, err := c.app.loadStack(*file)
+	if err != nil {
+		return err
+	}
+	log, natsLog := c.app.loggers(*verbose)
+	sup, err := supervisor.Start(ctx, st, supervisor.Options{
+		Logger:      log,
+		NATSLogger:  natsLog,
+		LoadOptions: c.app.loadOptions(),
+	})
+	if err != nil {
+		return startError(err, st)
+	}
+	c.printSummary(sup, st)
+	log.Info(readyMsg, "nats", sup.URL(), "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())
+
+	var stopCause any
+	for stopCause == nil {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				_, _ = sup.Reload(ctx, "SIGHUP")
+				continue
+			}
+			stopCause = sig
+		case <-ctx.Done():
+			stopCause = "context done"
+		}
+	}
+	log.Info("stopping", "cause", fmt.Sprint(stopCause))
+	done := make(chan error, 1)
+	go func() { done <- sup.Close() }()
+	timer := time.NewTimer(shutdownTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("stop: %w", err)
+			}
+			log.Info("stopped")
+			return nil
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				continue
+			}
+			log.Warn("second signal; exiting at once", "signal", sig.String())
+			c.app.exit(exitFailure)
+			return &exitCodeError{code: exitFailure} // reached only when exit is a test double
+		case <-timer.C:
+			return fmt.Errorf("stop: still busy after %s; exiting without a clean stop", shutdownTimeout)
+		}
+	}
+}
+
+// startError adds a hint to the failures a user can fix.
+func startError(err error, st *config.Stack) error {
+	var le *supervisor.LockedError
+	switch {
+	case errors.As(err, &le):
+		holder, try := "another localcloud up", "stop the other localcloud up first (localcloud status shows it)"
+		if le.PID > 0 {
+			holder = fmt.Sprintf("another localcloud up (pid %d)", le.PID)
+			try = fmt.Sprintf("stop the other localcloud up first (kill %d), or give this stack another dataDir", le.PID)
+		}
+		return &hintError{err: fmt.Errorf("%s already serves %s; it holds %s", holder, st.DataDir, le.Path), try: try}
+	case errors.Is(err, notify.ErrAddrInUse):
+		return &hintError{err: err, try: fmt.Sprintf("set \"listen: 127.0.0.1:0\" under notify: in %s to pick a free port", st.File)}
+	}
+	return &hintError{err: err, try: "fix the problem above; nothing was changed in existing stores"}
+}
+
+// printSummary prints what up serves to stdout.
+func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack) {
+	w := c.app.stdout
+	fmt.Fprintf(w, "localcloud up: stack %s (%s)\n", st.Name, st.File)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  data dir\t%s\n", st.DataDir)
+	fmt.Fprintf(tw, "  runtime file\t%s\n", filepath.Join(st.DataDir, supervisor.RuntimeFileName))
+	fmt.Fprintf(tw, "  NATS\t%s (hints on %s)\n", sup.URL(), config.Subject(st.Name, "<binding>"))
+	tw.Flush()
+	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
+	printBindings(w, st)
+	fmt.Fprintf(w, "defaults in force: dataDir %s, notify.listen %s, visibilityTimeout %s, durability %s; health check every %s\n",
+		config.DefaultDataDir, config.DefaultListen, config.DefaultVisibilityTimeout, config.DefaultDurability, supervisor.DefaultHealthInterval)
+	fmt.Fprintf(w, "apps: localcloud run -f %s -- CMD, or eval \"$(localcloud env -f %s)\"\n", st.File, st.File)
+	fmt.Fprintln(w, "reload: save the stack file or send SIGHUP; stop: Ctrl-C or SIGTERM")
+}
+
+func (c *upCommand) Usage() {
+	fs, _, _ := c.flags()
+	fmt.Fprint(c.app.stdout, `Provision a stack's stores and serve them until stopped.
+
+Usage:
+  localcloud up [-f FILE] [-v]
+
+up checks the stack file, takes <dataDir>/.lock (a second up on the same
+data dir fails naming the first one's pid), creates the data dir and every
+binding's store (directories 0700, files 0600; a store of another format
+stops up and is left untouched), starts the embedded NATS hint server and
+writes <dataDir>/runtime.json. It prints a summary on stdout and then logs,
+on stderr, one line with msg=ready that scripts can wait for:
+
+  time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT stack=NAME bindings=N pid=PID
+
+While up runs, saving the stack file (or SIGHUP) applies the change: new
+bindings are provisioned, removed ones no longer served (their files stay),
+changed settings applied; a file with mistakes is logged and the last good
+stack kept. Every second up checks that no store directory or file was
+deleted, replaced or loosened, logs it and shows it in status; it never
+recreates one.
+
+SIGINT or SIGTERM stops up cleanly (exit 0, within 5 s); a second one exits
+at once.
+
+Flags:
+`)
+	printDefaults(c.app.stdout, fs)
+}
