@@ -75,7 +75,7 @@ type RuntimeBinding struct {
 }
 
 // Binding returns the binding called name.
-func (r *Runtime) Binding(name string) (RuntimeBinding, bool) {
+func (r Runtime) Binding(name string) (RuntimeBinding, bool) {
 	for _, b := range r.Bindings {
 		if b.Name == name {
 			return b, true
