@@ -1,0 +1,374 @@
+// Package hintsrc is the hint source of `localcloud up`: it publishes a
+// "message available" hint for a queue binding whenever a message of that
+// queue becomes due, whoever made it so.
+//
+// Programs that use localcloud's queue library publish their own hints on
+// Send and Nack. Two transitions to "due" have no such publisher, and this
+// package covers them:
+//
+//   - a foreign writer: any process that inserts or updates rows with the
+//     spec's SQL on its own SQLite connection. The store directory is watched
+//     with inotify (notify.DirWatcher); each event is only a reason to look,
+//     confirmed by PRAGMA data_version on one connection kept open per queue
+//     (it changes only when another connection committed), then the due
+//     messages are counted.
+//   - time passing: a lease that ends (its consumer died) or a delayed
+//     message coming due. A timer per queue is armed at the earliest future
+//     visible_at and re-armed after every change and every firing.
+//
+// A hint carries no data and may be lost; the store stays the only truth.
+// Coalescing hints under load is the Publisher's job. The database file is
+// never opened directly, only through SQLite connections of the queue's own
+// handle (closing a stray descriptor would drop SQLite's POSIX locks), and
+// inotify holds no descriptor on it.
+package hintsrc
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// Tuning of a Source.
+const (
+	// MaxDueCount caps the due count a hint carries, so counting stays cheap
+	// however large the backlog.
+	MaxDueCount = 1000
+
+	// SettleDelay is when a queue is looked at again after the last
+	// directory event: inotify can report a commit's last write before the
+	// commit is visible to other connections, and no later event may come.
+	SettleDelay = 5 * time.Millisecond
+
+	// queryTimeout bounds each look at a store.
+	queryTimeout = 5 * time.Second
+)
+
+// Log attribute keys.
+const (
+	logKeyBinding = "binding"
+	logKeyDir     = "dir"
+	logKeyErr     = "err"
+	logKeyFile    = "file"
+)
+
+// Errors returned by this package. Returned errors wrap them with context.
+var (
+	// ErrClosed means the Source was closed.
+	ErrClosed = errors.New("hint source closed")
+
+	// ErrDuplicate means a binding or a store directory is already watched.
+	ErrDuplicate = errors.New("already watched")
+
+	// ErrNoDirectory means the queue has no directory to watch (a memory
+	// store, which no other process can write anyway).
+	ErrNoDirectory = errors.New("queue has no store directory")
+)
+
+// The statements run on a queue's dedicated connection. Both use the spec's
+// index idx_messages_visible, which leads with visible_at.
+const (
+	stmtDataVersion = `PRAGMA data_version`
+	stmtCountDue    = `SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`
+	stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
+)
+
+// Options configures a Source.
+type Options struct {
+	// Publisher publishes the hints. Required. The Source does not close it.
+	Publisher *notify.Publisher
+
+	// Logger receives store and watcher errors. Defaults to discarding them.
+	Logger *slog.Logger
+}
+
+// Source watches queues and publishes their hints. Its methods are safe for
+// concurrent use.
+type Source struct {
+	pub *notify.Publisher
+	log *slog.Logger
+	dw  *notify.DirWatcher
+
+	mu        sync.Mutex
+	byBinding map[string]*watched
+	byDir     map[string]*watched
+	closed    bool
+}
+
+// New starts a Source with no queues; add them with Add.
+func New(opts Options) (*Source, error) {
+	if opts.Publisher == nil {
+		return nil, errors.New("new hint source: Publisher is nil")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Source{pub: opts.Publisher, log: log, byBinding: map[string]*watched{}, byDir: map[string]*watched{}}
+	dw, err := notify.NewDirWatcher(notify.DirWatcherOptions{
+		Name:    queue.FileName,
+		Changed: s.changed,
+		Gone:    s.gone,
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new hint source: %w", err)
+	}
+	s.dw = dw
+	return s, nil
+}
+
+// Add starts publishing hints on subject for the queue q of binding. It
+// takes one connection from q's reader pool for as long as the queue is
+// watched, and publishes a first hint if messages are already due. q must
+// stay open until Remove or Close.
+func (s *Source) Add(binding, subject string, q *queue.Queue) error {
+	if binding == "" || subject == "" || q == nil {
+		return fmt.Errorf("add %q to hint source: binding, subject and queue are required", binding)
+	}
+	db := q.DB()
+	if db.Dir == "" {
+		return fmt.Errorf("add %q to hint source: %w", binding, ErrNoDirectory)
+	}
+	dir := filepath.Clean(db.Dir)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("add %q to hint source: %w", binding, ErrClosed)
+	}
+	if _, ok := s.byBinding[binding]; ok {
+		return fmt.Errorf("add %q to hint source: binding %w", binding, ErrDuplicate)
+	}
+	if other, ok := s.byDir[dir]; ok {
+		return fmt.Errorf("add %q to hint source: directory %s %w by binding %q", binding, dir, ErrDuplicate, other.binding)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	conn, err := db.R.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("add %q to hint source: take a connection: %w", binding, err)
+	}
+	w := &watched{src: s, binding: binding, subject: subject, dir: dir, conn: conn}
+	// Watch first, then read the baseline: a commit in between is seen by
+	// the first look (its data_version differs) or reported by an event.
+	if err := s.dw.Add(dir); err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("add %q to hint source: %w", binding, err)
+	}
+	s.byBinding[binding] = w
+	s.byDir[dir] = w
+	w.mu.Lock()
+	w.look(true)
+	w.mu.Unlock()
+	return nil
+}
+
+// Remove stops publishing hints for binding and gives its connection back
+// to the queue's pool. Removing a binding that is not watched does nothing.
+func (s *Source) Remove(binding string) {
+	s.mu.Lock()
+	w, ok := s.byBinding[binding]
+	if ok {
+		delete(s.byBinding, binding)
+		delete(s.byDir, w.dir)
+		if err := s.dw.Remove(w.dir); err != nil {
+			s.log.Warn("hint source: unwatch directory", logKeyBinding, binding, logKeyDir, w.dir, logKeyErr, err)
+		}
+	}
+	s.mu.Unlock()
+	if ok {
+		w.close()
+	}
+}
+
+// Close stops the Source: no hint is published after it returns. It does
+// not close the Publisher or the queues. Safe to call more than once.
+func (s *Source) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	all := make([]*watched, 0, len(s.byBinding))
+	for _, w := range s.byBinding {
+		all = append(all, w)
+	}
+	s.byBinding, s.byDir = map[string]*watched{}, map[string]*watched{}
+	s.mu.Unlock()
+	if err := s.dw.Close(); err != nil { // waits for a running callback
+		s.log.Warn("hint source: close directory watcher", logKeyErr, err)
+	}
+	for _, w := range all {
+		w.close()
+	}
+}
+
+// changed is the DirWatcher's callback: something was written in dir.
+func (s *Source) changed(dir string) {
+	s.mu.Lock()
+	w := s.byDir[dir]
+	s.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.look(false)
+	// The commit behind this event may not be visible yet; look again once
+	// the directory has been quiet for SettleDelay.
+	w.armSettle()
+}
+
+// gone is the DirWatcher's callback for a store file or directory that
+// went away.
+func (s *Source) gone(dir, name string) {
+	s.mu.Lock()
+	w := s.byDir[dir]
+	s.mu.Unlock()
+	if w != nil {
+		s.log.Warn("hint source: store removed or renamed; no more hints for it until it is added again", logKeyBinding, w.binding, logKeyDir, dir, logKeyFile, name)
+	}
+}
+
+// watched is one queue of a Source.
+type watched struct {
+	src     *Source
+	binding string
+	subject string
+	dir     string
+
+	mu       sync.Mutex // guards everything below; held while looking
+	conn     *sql.Conn  // dedicated: data_version is per connection
+	version  int64
+	known    bool        // version was read
+	next     int64       // visible_at the timer is armed for; 0: none
+	timer    *time.Timer // fires at next
+	settle   *time.Timer
+	closed   bool
+	failures int // consecutive failed looks, to log only the first
+}
+
+// look checks the store. On an event it publishes only if another
+// connection committed since the last look (first: always) and messages are
+// due; from the timer it publishes if messages are due. Either way it
+// re-arms the timer at the earliest future visible_at. Called with w.mu held.
+func (w *watched) look(force bool) {
+	if w.closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	if !force {
+		var v int64
+		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&v); err != nil {
+			w.failed("read data_version", err)
+			return
+		}
+		if w.known && v == w.version {
+			return // nothing committed by another connection
+		}
+		w.version, w.known = v, true
+	} else if !w.known {
+		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&w.version); err != nil {
+			w.failed("read data_version", err)
+			return
+		}
+		w.known = true
+	}
+	now := time.Now().UnixMilli()
+	var due int64
+	if err := w.conn.QueryRowContext(ctx, stmtCountDue, now, MaxDueCount).Scan(&due); err != nil {
+		w.failed("count due messages", err)
+		return
+	}
+	if due > 0 {
+		w.src.pub.Notify(w.subject, due)
+	}
+	var next sql.NullInt64
+	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next); err != nil {
+		w.failed("find the next visible_at", err)
+		return
+	}
+	w.failures = 0
+	w.arm(next)
+}
+
+// arm sets the timer for next (null: none).
+func (w *watched) arm(next sql.NullInt64) {
+	if !next.Valid {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.next = 0
+		return
+	}
+	if next.Int64 == w.next && w.timer != nil {
+		return // already armed for it (a stopped timer is re-armed below only when next moves)
+	}
+	w.next = next.Int64
+	d := time.Until(time.UnixMilli(next.Int64))
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.fire)
+	} else {
+		w.timer.Reset(d)
+	}
+}
+
+// fire runs when the earliest known visible_at is reached.
+func (w *watched) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next = 0
+	w.look(true)
+}
+
+// armSettle (re)starts the settle timer. Called with w.mu held.
+func (w *watched) armSettle() {
+	if w.closed {
+		return
+	}
+	if w.settle == nil {
+		w.settle = time.AfterFunc(SettleDelay, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.look(false)
+		})
+		return
+	}
+	w.settle.Reset(SettleDelay)
+}
+
+func (w *watched) failed(what string, err error) {
+	w.failures++
+	if w.failures == 1 {
+		w.src.log.Warn("hint source: "+what, logKeyBinding, w.binding, logKeyDir, w.dir, logKeyErr, err)
+	}
+}
+
+// close stops the timers and returns the connection to the pool.
+func (w *watched) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.settle != nil {
+		w.settle.Stop()
+	}
+	if err := w.conn.Close(); err != nil {
+		w.src.log.Warn("hint source: release connection", logKeyBinding, w.binding, logKeyErr, err)
+	}
+}
