@@ -1,0 +1,364 @@
+package hintsrc_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/hintsrc"
+	"github.com/localcloud/localcloud/notify"
+)
+
+const waitTimeout = 20 * time.Second
+
+func checkFor(t testing.TB, total time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", total, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// rig is a hint server, a Source publishing to it, and a subscriber that
+// records the hints of one subject.
+type rig struct {
+	srv     *notify.Server
+	pub     *notify.Publisher
+	src     *hintsrc.Source
+	subject string
+
+	mu    sync.Mutex
+	hints []received
+}
+
+type received struct {
+	hint notify.Hint
+	at   time.Time
+}
+
+func newRig(t *testing.T, subject string) *rig {
+	t.Helper()
+	srv, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	r := &rig{srv: srv, subject: subject}
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		h, err := notify.ParseHint(m.Data)
+		if err != nil {
+			t.Errorf("bad hint %q: %v", m.Data, err)
+			return
+		}
+		r.mu.Lock()
+		r.hints = append(r.hints, received{h, time.Now()})
+		r.mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pc.Close)
+	r.pub = notify.NewPublisher(pc, notify.PublisherOptions{})
+	t.Cleanup(r.pub.Close)
+	r.src, err = hintsrc.New(hintsrc.Options{Publisher: r.pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.src.Close)
+	return r
+}
+
+func (r *rig) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.hints)
+}
+
+func (r *rig) last() received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hints[len(r.hints)-1]
+}
+
+func openQueue(t *testing.T, dir string) *queue.Queue {
+	t.Helper()
+	q, err := queue.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+func foreign(t *testing.T, dir string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func insert(t *testing.T, db *sql.DB, visibleIn time.Duration) time.Time {
+	t.Helper()
+	now := time.Now()
+	visible := now.Add(visibleIn)
+	if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?2, 0)`, now.UnixMilli(), visible.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	return time.UnixMilli(visible.UnixMilli())
+}
+
+func TestForeignInsertPublishesHint(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "orders")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("orders", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	db := foreign(t, dir)
+	insert(t, db, 0)
+	committed := time.Now()
+	checkFor(t, waitTimeout, "a hint after the foreign insert", func() bool { return r.count() >= 1 })
+	h := r.last()
+	if h.hint.Binding != "orders" || h.hint.Due != 1 {
+		t.Fatalf("hint = %+v, want binding orders, due 1", h.hint)
+	}
+	t.Logf("hint %s after the commit", h.at.Sub(committed))
+
+	insert(t, db, 0)
+	checkFor(t, waitTimeout, "a second hint", func() bool { return r.count() >= 2 && r.last().hint.Due == 2 })
+}
+
+// TestAddHintsExistingBacklog: messages due before the source started are
+// announced once at Add.
+func TestAddHintsExistingBacklog(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "backlog")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	q := openQueue(t, dir)
+	for range 3 {
+		if err := q.Send(context.Background(), queue.Text("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.src.Add("backlog", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, waitTimeout, "a hint for the backlog", func() bool { return r.count() >= 1 })
+	if h := r.last().hint; h.Due != 3 {
+		t.Fatalf("hint = %+v, want due 3", h)
+	}
+}
+
+// TestDelayedMessageHintedWhenDue: a row inserted with a future visible_at
+// is announced when it comes due, not before.
+func TestDelayedMessageHintedWhenDue(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "delayed")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("delayed", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	due := insert(t, foreign(t, dir), 300*time.Millisecond)
+	checkFor(t, waitTimeout, "a hint when the delayed message is due", func() bool { return r.count() >= 1 })
+	h := r.last()
+	if d := h.at.Sub(due); d < 0 || d > 200*time.Millisecond {
+		t.Fatalf("hint %s after visible_at, want 0..200ms", d)
+	}
+	if h.hint.Due != 1 {
+		t.Fatalf("hint = %+v, want due 1", h.hint)
+	}
+}
+
+// TestLeaseEndHinted: a message claimed by a consumer that never acks is
+// announced when the lease ends.
+func TestLeaseEndHinted(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "lease")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("lease", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	consumer := openQueue(t, dir)
+	if err := consumer.Send(context.Background(), queue.Text("job")); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, waitTimeout, "the send's hint", func() bool { return r.count() >= 1 })
+	msgs, err := consumer.Receive(context.Background(), 1, queue.WithVisibility(300*time.Millisecond))
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Receive = %v, %v", msgs, err)
+	}
+	var v int64
+	if err := consumer.DB().R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	leaseEnd := time.UnixMilli(v)
+	n := r.count()
+	checkFor(t, waitTimeout, "a hint at the lease end", func() bool { return r.count() > n })
+	h := r.last()
+	if d := h.at.Sub(leaseEnd); d < 0 || d > 200*time.Millisecond {
+		t.Fatalf("hint %s after the lease end, want 0..200ms", d)
+	}
+}
+
+// TestBurstCoalesced: many foreign commits give few hints, and the last
+// hint reflects the final state.
+func TestBurstCoalesced(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "burst")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("burst", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	db := foreign(t, dir)
+	const n = 300
+	for range n {
+		insert(t, db, 0)
+	}
+	checkFor(t, waitTimeout, "a hint with every message counted", func() bool { return r.count() > 0 && r.last().hint.Due == n })
+	t.Logf("%d commits gave %d hints", n, r.count())
+	if c := r.count(); c >= n {
+		t.Fatalf("%d commits gave %d hints: not coalesced", n, c)
+	}
+}
+
+func TestRemoveStopsHints(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "removed")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	q := openQueue(t, dir)
+	if err := r.src.Add("removed", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	r.src.Remove("removed")
+	r.src.Remove("removed") // twice is fine
+	r.src.Remove("unknown")
+	insert(t, foreign(t, dir), 0)
+	// A window for a hint that must not come: 20 times the source's
+	// debounce plus settle delay.
+	time.Sleep(100 * time.Millisecond)
+	if c := r.count(); c != 0 {
+		t.Fatalf("got %d hints after Remove, want none", c)
+	}
+	if err := r.src.Add("removed", subject, q); err != nil {
+		t.Fatalf("re-Add after Remove: %v", err)
+	}
+	checkFor(t, waitTimeout, "the hint of the re-Add (the message is due)", func() bool { return r.count() >= 1 })
+	if h := r.last().hint; h.Due != 1 {
+		t.Fatalf("hint after re-Add = %+v, want due 1", h)
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "errs")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	q := openQueue(t, dir)
+	if err := r.src.Add("a", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.src.Add("a", subject, openQueue(t, t.TempDir())); !errors.Is(err, hintsrc.ErrDuplicate) {
+		t.Errorf("same binding twice: %v, want ErrDuplicate", err)
+	}
+	if err := r.src.Add("b", subject, openQueue(t, dir)); !errors.Is(err, hintsrc.ErrDuplicate) {
+		t.Errorf("same directory twice: %v, want ErrDuplicate", err)
+	}
+	mem, err := queue.OpenMemory(context.Background(), "hintsrc-mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if err := r.src.Add("m", subject, mem); !errors.Is(err, hintsrc.ErrNoDirectory) {
+		t.Errorf("memory queue: %v, want ErrNoDirectory", err)
+	}
+	if err := r.src.Add("", subject, q); err == nil {
+		t.Error("empty binding accepted")
+	}
+	r.src.Close()
+	r.src.Close() // twice is fine
+	if err := r.src.Add("c", subject, openQueue(t, t.TempDir())); !errors.Is(err, hintsrc.ErrClosed) {
+		t.Errorf("Add after Close: %v, want ErrClosed", err)
+	}
+	if _, err := hintsrc.New(hintsrc.Options{}); err == nil {
+		t.Error("New without a Publisher accepted")
+	}
+}
+
+// TestConnectionReturnedOnRemove: the dedicated connection goes back to
+// the queue's reader pool.
+func TestConnectionReturnedOnRemove(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "conn")
+	r := newRig(t, subject)
+	q := openQueue(t, t.TempDir())
+	if err := r.src.Add("conn", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.DB().R.Stats(); st.InUse != 1 {
+		t.Fatalf("reader connections in use while watched = %d, want 1", st.InUse)
+	}
+	r.src.Remove("conn")
+	if st := q.DB().R.Stats(); st.InUse != 0 {
+		t.Fatalf("reader connections in use after Remove = %d, want 0", st.InUse)
+	}
+}
+
+func TestQueriesUseSpecIndex(t *testing.T) {
+	t.Parallel()
+	q := openQueue(t, t.TempDir())
+	for _, stmt := range []string{
+		`SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`,
+		`SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`,
+	} {
+		rows, err := q.DB().R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan += detail + "; "
+		}
+		rows.Close()
+		if want := "USING COVERING INDEX idx_messages_visible (visible_at"; !strings.Contains(plan, want) {
+			t.Errorf("%s\nplan: %s\nwant it to contain %q", stmt, plan, want)
+		}
+	}
+}
