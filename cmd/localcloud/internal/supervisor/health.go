@@ -72,8 +72,11 @@ func (s *Supervisor) CheckHealth() {
 
 // checkHealthLocked runs the checks; with write it also rewrites
 // runtime.json when a health changed (or when the last write failed).
+//
+// The log lines come after the write, so whoever sees one finds
+// runtime.json updated.
 func (s *Supervisor) checkHealthLocked(write bool) {
-	changed := false
+	var logs []func()
 	for _, b := range s.stack.Bindings {
 		x := s.stores[b.Name]
 		if x == nil {
@@ -83,11 +86,13 @@ func (s *Supervisor) checkHealthLocked(write bool) {
 		if h == x.health {
 			continue
 		}
-		changed = true
+		name, path := b.Name, b.Path
 		if h == HealthOK {
-			s.log.Info("binding healthy again", keyBinding, b.Name, keyPath, b.Path)
+			logs = append(logs, func() { s.log.Info("binding healthy again", keyBinding, name, keyPath, path) })
 		} else {
-			s.log.Warn("binding unhealthy", keyBinding, b.Name, keyPath, b.Path, keyProblem, h, "advice", HealthAdvice)
+			logs = append(logs, func() {
+				s.log.Warn("binding unhealthy", keyBinding, name, keyPath, path, keyProblem, h, "advice", HealthAdvice)
+			})
 		}
 		x.health = h
 	}
@@ -96,16 +101,18 @@ func (s *Supervisor) checkHealthLocked(write bool) {
 		h = p
 	}
 	if h != s.health {
-		changed = true
 		if h == HealthOK {
-			s.log.Info("owner lock file healthy again", keyPath, s.lock.path)
+			logs = append(logs, func() { s.log.Info("owner lock file healthy again", keyPath, s.lock.path) })
 		} else {
-			s.log.Warn("owner lock file lost", keyPath, s.lock.path, keyProblem, h)
+			logs = append(logs, func() { s.log.Warn("owner lock file lost", keyPath, s.lock.path, keyProblem, h) })
 		}
 		s.health = h
 	}
-	if write && (changed || s.writeFailing) {
+	if write && (len(logs) > 0 || s.writeFailing) {
 		_ = s.writeRuntimeLocked()
+	}
+	for _, l := range logs {
+		l()
 	}
 }
 

@@ -94,6 +94,9 @@ func (s *Supervisor) logDiff(d Diff, reason string) {
 // reloadFailedLocked logs every problem of err and records it in
 // runtime.json.
 func (s *Supervisor) reloadFailedLocked(err error) {
+	// runtime.json first: whoever sees the log line finds it updated.
+	s.reloadErr = err.Error()
+	_ = s.writeRuntimeLocked()
 	var ce *config.Errors
 	if errors.As(err, &ce) {
 		s.log.Error("stack file has mistakes; keeping the last good stack", keyFile, s.stackFile, "problems", len(ce.Problems))
@@ -103,8 +106,6 @@ func (s *Supervisor) reloadFailedLocked(err error) {
 	} else {
 		s.log.Error("cannot apply the stack file; keeping the last good stack", keyFile, s.stackFile, keyErr, err)
 	}
-	s.reloadErr = err.Error()
-	_ = s.writeRuntimeLocked()
 }
 
 // sameSettings compares two bindings of one name, ignoring their line.

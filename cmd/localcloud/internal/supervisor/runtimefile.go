@@ -19,7 +19,8 @@ const HealthOK = "ok"
 // Runtime is the content of <dataDir>/runtime.json. `localcloud up` writes
 // it (mode 0600, atomically: a temp file in the data dir renamed over it)
 // when it is ready, after every applied or refused reload and after every
-// health change, and removes it when it stops. `localcloud status` and
+// health change (always before the log line that reports the change), and
+// removes it when it stops. `localcloud status` and
 // `localcloud env` read it, but trust it only while the owner lock is held
 // (see [Probe]): a file left by a killed up is stale, and the next up
 // overwrites it.
