@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
@@ -82,11 +84,25 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
+	var rep *statusReport
 	st, err := c.app.loadStack(*file)
-	if err != nil {
-		return err
+	if err == nil {
+		rep, err = buildStatus(ctx, st, st.DataDir, time.Now())
+	} else {
+		// An edit in progress must not hide a running up: find its data
+		// dir without the full checks and report what up serves.
+		var ce *config.Errors
+		dataDir, ok := fallbackDataDir(c.app.stackPath(*file))
+		if !errors.As(err, &ce) || !ok {
+			return err
+		}
+		rep, _ = buildStatus(ctx, nil, dataDir, time.Now())
+		if rep == nil || !rep.Running || rep.PID == 0 {
+			return err
+		}
+		fmt.Fprintf(c.app.stderr, "localcloud status: the stack file has %d problem(s) (localcloud validate lists them); showing what up serves\n", len(ce.Problems))
+		err = nil
 	}
-	rep, err := buildStatus(ctx, st, time.Now())
 	if err != nil {
 		return err
 	}
@@ -103,13 +119,22 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 // buildStatus gathers the report: from runtime.json while up runs (its
 // bindings and their health), from the stack file otherwise; counts from
 // each store opened read-only.
-func buildStatus(ctx context.Context, st *config.Stack, now time.Time) (*statusReport, error) {
-	rt, running, err := supervisor.Probe(st.DataDir)
+//
+// st may be nil when the stack file cannot be read; then only a running up
+// gives a report.
+func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time.Time) (*statusReport, error) {
+	rt, running, err := supervisor.Probe(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	rep := &statusReport{Running: running, Stack: st.Name, StackFile: st.File, DataDir: st.DataDir}
-	if rt != nil {
+	rep := &statusReport{Running: running, DataDir: dataDir}
+	if st != nil {
+		rep.Stack, rep.StackFile = st.Name, st.File
+	}
+	switch {
+	case rt == nil && st == nil:
+		return rep, nil
+	case rt != nil:
 		started := rt.StartedAt
 		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
 		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
@@ -117,7 +142,7 @@ func buildStatus(ctx context.Context, st *config.Stack, now time.Time) (*statusR
 		for _, b := range rt.Bindings {
 			rep.Bindings = append(rep.Bindings, statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Health: b.Health})
 		}
-	} else {
+	default:
 		for _, b := range st.Bindings {
 			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, Health: offlineHealth(b)}
 			if b.Type == config.TypeQueue {
@@ -222,6 +247,36 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		}
 		sb.Queue = &c
 	}
+}
+
+// fallbackDataDir finds the data dir of a stack file that does not pass
+// the checks: its dataDir field if it is a plain string, else the default,
+// relative to the file's folder. ok is false when dataDir uses ${NAME},
+// which only a valid file resolves.
+func fallbackDataDir(path string) (dir string, ok bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", false
+	}
+	var top struct {
+		DataDir any `yaml:"dataDir"`
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return "", false
+	}
+	_ = yaml.Unmarshal(data, &top) // a broken file keeps the default
+	d, isString := top.DataDir.(string)
+	switch {
+	case top.DataDir == nil || (isString && d == ""):
+		d = config.DefaultDataDir
+	case !isString || strings.Contains(d, "$"):
+		return "", false
+	}
+	if !filepath.IsAbs(d) {
+		d = filepath.Join(filepath.Dir(abs), d)
+	}
+	return filepath.Clean(d), true
 }
 
 func fileExists(path string) bool {
