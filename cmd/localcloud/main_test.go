@@ -300,3 +300,55 @@ func TestUpInProcess(t *testing.T) {
 		t.Errorf("runtime.json after stop: %v", err)
 	}
 }
+
+func TestUpSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
+	stack := writeStack(t, goodStack)
+	a, _, stderr := testApp(nil)
+	sigs := make(chan chan<- os.Signal, 1)
+	a.notify = func(c chan<- os.Signal, _ ...os.Signal) { sigs <- c }
+	a.stopNotify = func(chan<- os.Signal) {}
+	exitCodes := make(chan int, 1)
+	a.exit = func(code int) { exitCodes <- code }
+	exited := make(chan int, 1)
+	go func() { exited <- a.main(context.Background(), []string{"up", "-f", stack}) }()
+	c := <-sigs
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "msg=ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line: %s", stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Both are queued before up reads the first: the second arrives while
+	// the stores and NATS are still closing, which takes milliseconds.
+	c <- syscall.SIGTERM
+	c <- syscall.SIGINT
+	select {
+	case code := <-exitCodes:
+		if code != exitFailure {
+			t.Errorf("exit(%d), want 1", code)
+		}
+	case code := <-exited:
+		t.Fatalf("up finished its stop (exit %d) instead of exiting at once", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit")
+	}
+	if code := <-exited; code != exitFailure {
+		t.Errorf("main returned %d after the test exit", code)
+	}
+	if !strings.Contains(stderr.String(), "second signal; exiting at once") {
+		t.Errorf("log lacks the second-signal line:\n%s", stderr)
+	}
+	// Let the abandoned stop finish before the temp dir goes away.
+	rt := filepath.Join(filepath.Dir(stack), ".localcloud", "runtime.json")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(rt); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stop never finished")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
