@@ -115,13 +115,17 @@ func (s *store) sameIdentity() bool {
 	return err == nil && idOf(fi) == s.fileID
 }
 
-// openStores opens the stores of bs in parallel; the open of one store is a
-// handful of small synchronous writes, so this mostly overlaps their waits.
-// On any failure it closes what it opened and returns every error.
+// openParallel bounds the stores opened at once: creating a store waits on
+// about six fsyncs, so overlapping them is what makes a start fast, while a
+// bound keeps a huge stack from holding hundreds of descriptors in flight.
+const openParallel = 16
+
+// openStores opens the stores of bs in parallel. On any failure it closes
+// what it opened and returns every error.
 func openStores(ctx context.Context, bs []config.Binding, log *slog.Logger) ([]*store, error) {
 	out := make([]*store, len(bs))
 	errs := make([]error, len(bs))
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, openParallel)
 	var wg sync.WaitGroup
 	for i, b := range bs {
 		wg.Add(1)
