@@ -1,0 +1,317 @@
+package kv_test
+
+// The identifiers of this file start with "mp" so they cannot collide with
+// the package's other test files.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+)
+
+// mpRacerDirEnv switches the test binary into a racer process; it holds the
+// store directory. mpRacerIDEnv numbers the process.
+const (
+	mpRacerDirEnv = "LOCALCLOUD_KV_RACER_DIR"
+	mpRacerIDEnv  = "LOCALCLOUD_KV_RACER_ID"
+)
+
+const (
+	mpProcesses  = 2
+	mpRacers     = 8 // goroutines per process: 16 racers in all
+	mpRounds     = 5
+	mpLineWaitKV = 30 * time.Second
+)
+
+// TestMultiProcessPutIfNotExists: 16 racers in 2 OS processes (8 goroutines
+// each, over 2 handles per process) put-if-not-exists one key at the same
+// moment. Exactly one wins across both processes, and every process then
+// reads the winner's value. Several rounds, one fresh key each.
+func TestMultiProcessPutIfNotExists(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 processes")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := kv.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	var racers []*mpKVChild
+	for p := range mpProcesses {
+		racers = append(racers, mpStartKV(t, p, mpRacerDirEnv+"="+dir, mpRacerIDEnv+"="+strconv.Itoa(p)))
+	}
+	for _, c := range racers {
+		c.expect(t, "ready")
+	}
+	winsPerProcess := make([]int, mpProcesses)
+	for round := range mpRounds {
+		key := fmt.Sprintf("race:round-%d", round)
+		// The barrier: both processes hold 8 goroutines parked on a
+		// channel, released by this line.
+		for _, c := range racers {
+			c.send(t, "race "+key)
+		}
+		wins, winner := 0, ""
+		for p, c := range racers {
+			f := strings.Fields(c.expect(t, "raced "+key+" "))
+			// raced <key> <wins> <losses> <value won or ->
+			if len(f) != 5 {
+				t.Fatalf("%s: malformed %q", c.name, strings.Join(f, " "))
+			}
+			w, _ := strconv.Atoi(f[2])
+			l, _ := strconv.Atoi(f[3])
+			if w+l != mpRacers {
+				t.Fatalf("%s round %d: %d wins + %d losses; want %d racers", c.name, round, w, l, mpRacers)
+			}
+			wins += w
+			winsPerProcess[p] += w
+			if w > 0 {
+				winner = f[4]
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d winners across %d processes; want exactly 1", round, wins, mpProcesses)
+		}
+		for _, c := range racers {
+			c.send(t, "read "+key)
+		}
+		for _, c := range racers {
+			f := strings.Fields(c.expect(t, "read "+key+" "))
+			// read <key> <value via handle 0> <value via handle 1>
+			if len(f) != 4 || f[2] != winner || f[3] != winner {
+				t.Errorf("round %d: %s read %q; want the winner's value %q on both handles", round, c.name, strings.Join(f, " "), winner)
+			}
+		}
+		got, ok, err := s.Get(context.Background(), key)
+		if err != nil || !ok || string(got) != winner {
+			t.Errorf("round %d: parent read %q, %v, %v; want %q", round, got, ok, err, winner)
+		}
+	}
+	for _, c := range racers {
+		c.send(t, "exit")
+	}
+	for _, c := range racers {
+		c.wantSuccess(t)
+	}
+	var res string
+	if err := s.DB().R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
+	}
+	t.Logf("wins per process over %d rounds: %v", mpRounds, winsPerProcess)
+}
+
+// TestKVRacerProcess is not a test: re-executed by
+// TestMultiProcessPutIfNotExists with mpRacerDirEnv set, it is one racer
+// process. Protocol on stdin/stdout, one line each:
+//
+//	-> ready
+//	<- race <key>   -> raced <key> <wins> <losses> <value won or ->
+//	<- read <key>   -> read <key> <value via handle 0> <value via handle 1>
+//	<- exit         (exit status 0)
+//
+// Any error exits 1 with the error on stderr.
+func TestKVRacerProcess(t *testing.T) {
+	dir := os.Getenv(mpRacerDirEnv)
+	if dir == "" {
+		t.Skip("helper process of TestMultiProcessPutIfNotExists; runs only when re-executed")
+	}
+	os.Exit(mpRace(dir, os.Getenv(mpRacerIDEnv), os.Stdin, os.Stdout, os.Stderr))
+}
+
+func mpRace(dir, id string, in io.Reader, out, errOut io.Writer) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(errOut, "racer process %s: "+format+"\n", append([]any{id}, args...)...)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var handles [2]*kv.Store
+	for i := range handles {
+		s, err := kv.Open(ctx, dir)
+		if err != nil {
+			return fail("open: %v", err)
+		}
+		defer s.Close()
+		handles[i] = s
+	}
+	say := func(format string, args ...any) error {
+		_, err := fmt.Fprintf(out, format+"\n", args...)
+		return err
+	}
+	if err := say("ready"); err != nil {
+		return fail("write: %v", err)
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		cmd, key, _ := strings.Cut(sc.Text(), " ")
+		switch cmd {
+		case "race":
+			var (
+				wg     sync.WaitGroup
+				parked sync.WaitGroup
+				gun    = make(chan struct{})
+				mu     sync.Mutex
+				wins   int
+				won    = "-"
+				errs   []string
+			)
+			parked.Add(mpRacers)
+			for g := range mpRacers {
+				wg.Go(func() {
+					value := fmt.Sprintf("process%s-goroutine%d-%s", id, g, key)
+					parked.Done()
+					<-gun
+					ok, err := handles[g%2].Put(ctx, key, []byte(value), kv.IfNotExists())
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err != nil:
+						errs = append(errs, err.Error())
+					case ok:
+						wins++
+						won = value
+					}
+				})
+			}
+			parked.Wait()
+			close(gun)
+			wg.Wait()
+			if len(errs) > 0 {
+				return fail("race %s: %s", key, strings.Join(errs, "; "))
+			}
+			if err := say("raced %s %d %d %s", key, wins, mpRacers-wins, won); err != nil {
+				return fail("write: %v", err)
+			}
+		case "read":
+			var vals []string
+			for _, s := range handles {
+				v, ok, err := s.Get(ctx, key)
+				if err != nil {
+					return fail("get %s: %v", key, err)
+				}
+				if !ok {
+					v = []byte("-")
+				}
+				vals = append(vals, string(v))
+			}
+			if err := say("read %s %s", key, strings.Join(vals, " ")); err != nil {
+				return fail("write: %v", err)
+			}
+		case "exit":
+			for _, s := range handles {
+				if err := s.Close(); err != nil {
+					return fail("close: %v", err)
+				}
+			}
+			return 0
+		default:
+			return fail("unknown command %q", sc.Text())
+		}
+	}
+	return fail("stdin ended without exit: %v", sc.Err())
+}
+
+// mpKVChild is a re-executed copy of this test binary running
+// TestKVRacerProcess.
+type mpKVChild struct {
+	name   string
+	stdin  io.WriteCloser
+	lines  chan string // stdout, line by line; closed at EOF
+	stderr *bytes.Buffer
+	done   chan struct{} // closed once the process was waited for
+	err    error         // of Wait, valid after done
+}
+
+// mpStartKV starts racer process p. It is killed (by its pid) when the test
+// ends, should it still run.
+func mpStartKV(t *testing.T, p int, env ...string) *mpKVChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKVRacerProcess$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), env...)
+	c := &mpKVChild{name: fmt.Sprintf("racer process %d", p), lines: make(chan string, 64), stderr: new(bytes.Buffer), done: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	var err error
+	if c.stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		c.err = cmd.Wait() // only after stdout is drained
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			_ = cmd.Process.Kill()
+			for range c.lines {
+			}
+			<-c.done
+		}
+	})
+	return c
+}
+
+// expect waits for the next stdout line, fails unless it starts with
+// prefix, and returns it.
+func (c *mpKVChild) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			<-c.done
+			t.Fatalf("%s exited before saying %q: %v\nstderr:\n%s", c.name, prefix, c.err, c.stderr)
+		}
+		if !strings.HasPrefix(line, prefix) {
+			t.Fatalf("%s said %q; want %q...", c.name, line, prefix)
+		}
+		return line
+	case <-time.After(mpLineWaitKV):
+		t.Fatalf("%s did not say %q within %v", c.name, prefix, mpLineWaitKV)
+	}
+	return ""
+}
+
+func (c *mpKVChild) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatalf("write to %s: %v", c.name, err)
+	}
+}
+
+func (c *mpKVChild) wantSuccess(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(mpLineWaitKV):
+		t.Fatalf("%s did not exit within %v", c.name, mpLineWaitKV)
+	}
+	if c.err != nil {
+		t.Errorf("%s: %v\nstderr:\n%s", c.name, c.err, c.stderr)
+	}
+}
