@@ -70,7 +70,7 @@ const (
 	stmtSend = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?3, 0)`
 	stmtDue   = `SELECT id, enqueued_at FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
-	stmtAny   = `SELECT 1 FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT 1`
+	stmtAny   = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
 	stmtClaim = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
 receipt_handle = ?2 WHERE id = ?3

@@ -116,7 +116,6 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	if o.ReadOnly {
 		q.Set("mode", "ro")
 	} else {
-		wq.Add("_pragma", "journal_mode(WAL)")
 		wq.Add("_pragma", "synchronous("+syncMode(o.Durability)+")")
 		wq.Set("_txlock", "immediate")
 	}
@@ -258,56 +257,64 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 }
 
 // handshake runs the spec's open order inside one write transaction, so
-// processes opening one new store at once cannot interleave.
+// processes opening one new store at once cannot interleave, and switches
+// the file to WAL only after the marker check passed: a foreign database is
+// left byte for byte as it was.
 func (db *DB) handshake(ctx context.Context) error {
-	if db.Dir != "" {
-		var mode string
-		if err := db.wconn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	if err := db.Write(ctx, func(tx *Tx) error { return db.initSchema(ctx, tx) }); err != nil {
+		return err
+	}
+	if db.Dir == "" {
+		return nil // memdb has no WAL
+	}
+	var mode string
+	if err := db.wconn.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+	}
+	return nil
+}
+
+func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
+	var tables []string
+	rows, err := tx.Query(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
 			return err
 		}
-		if !strings.EqualFold(mode, "wal") {
-			return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+		tables = append(tables, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		if _, err := tx.Exec(ctx, MetaDDL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)`, db.Format.Marker); err != nil {
+			return err
 		}
 	}
-	return db.Write(ctx, func(tx *Tx) error {
-		var tables []string
-		rows, err := tx.Query(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
-		if err != nil {
+	if err := db.checkMarkerTx(ctx, tx, tables); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
+		return err
+	}
+	if db.Format.Extra != "" {
+		if _, err := tx.Exec(ctx, db.Format.Extra); err != nil {
 			return err
 		}
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return err
-			}
-			tables = append(tables, n)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(tables) == 0 {
-			if _, err := tx.Exec(ctx, MetaDDL); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)`, db.Format.Marker); err != nil {
-				return err
-			}
-		}
-		if err := db.checkMarkerTx(ctx, tx, tables); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
-			return err
-		}
-		if db.Format.Extra != "" {
-			if _, err := tx.Exec(ctx, db.Format.Extra); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 func (db *DB) checkMarkerTx(ctx context.Context, tx *Tx, tables []string) error {
@@ -433,15 +440,17 @@ func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		return err
 	}
 	defer release()
-	if _, err := db.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
-	}
 	done := false
 	defer func() {
 		if !done {
 			db.rollback()
 		}
 	}()
+	// A BEGIN cut short by ctx may still have started the transaction, so
+	// the deferred rollback runs on this path too.
+	if _, err := db.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
 	if err := fn(&Tx{db: db}); err != nil {
 		return err
 	}
