@@ -107,6 +107,12 @@ func hwSource(t testing.TB, url, dir, subject string) *hintsrc.Source {
 		t.Fatal(err)
 	}
 	t.Cleanup(pub.Close)
+	return hwSourcePub(t, pub, dir, subject)
+}
+
+// hwSourcePub is hwSource with a publisher the caller owns.
+func hwSourcePub(t testing.TB, pub *notify.Publisher, dir, subject string) *hintsrc.Source {
+	t.Helper()
 	src, err := hintsrc.New(hintsrc.Options{Publisher: pub})
 	if err != nil {
 		t.Fatal(err)

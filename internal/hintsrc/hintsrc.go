@@ -43,11 +43,6 @@ const (
 	// however large the backlog.
 	MaxDueCount = 1000
 
-	// SettleDelay is when a queue is looked at again after the last
-	// directory event: inotify can report a commit's last write before the
-	// commit is visible to other connections, and no later event may come.
-	SettleDelay = 5 * time.Millisecond
-
 	// queryTimeout bounds each look at a store.
 	queryTimeout = 5 * time.Second
 )
@@ -72,6 +67,18 @@ var (
 	// store, which no other process can write anyway).
 	ErrNoDirectory = errors.New("queue has no store directory")
 )
+
+// settleSteps are the delays of the re-checks that follow a directory
+// event. inotify reports a commit's writes to the -wal file before the
+// commit is visible to other connections (it becomes so when the wal-index
+// in -shm, which raises no event, is updated; with synchronous=FULL only
+// after an fsync of a millisecond or so), and no later event may come. So
+// after an event the queue is looked at again after 1 ms, then 2, 4, 8 and
+// 16 ms more while nothing changes; a re-check that sees a change starts
+// over at 1 ms, as more commits may be on their way.
+var settleSteps = [...]time.Duration{
+	time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
+}
 
 // The statements run on a queue's dedicated connection. Both use the spec's
 // index idx_messages_visible, which leads with visible_at.
@@ -223,9 +230,8 @@ func (s *Source) changed(dir string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.look(false)
-	// The commit behind this event may not be visible yet; look again once
-	// the directory has been quiet for SettleDelay.
-	w.armSettle()
+	// The commit behind this event may not be visible yet.
+	w.startSettle()
 }
 
 // gone is the DirWatcher's callback for a store file or directory that
@@ -252,18 +258,20 @@ type watched struct {
 	known    bool        // version was read
 	next     int64       // visible_at the timer is armed for; 0: none
 	timer    *time.Timer // fires at next
-	settle   *time.Timer
+	settle   *time.Timer // the next re-check after an event
+	settling bool        // settle is armed
+	step     int         // index in settleSteps of the armed re-check
 	closed   bool
 	failures int // consecutive failed looks, to log only the first
 }
 
-// look checks the store. On an event it publishes only if another
-// connection committed since the last look (first: always) and messages are
-// due; from the timer it publishes if messages are due. Either way it
-// re-arms the timer at the earliest future visible_at. Called with w.mu held.
-func (w *watched) look(force bool) {
+// look checks the store. Unless force, it goes on only if another
+// connection committed since the last look (reported as changed). Then it
+// publishes a hint if messages are due and re-arms the timer at the earliest
+// future visible_at. Called with w.mu held.
+func (w *watched) look(force bool) (changed bool) {
 	if w.closed {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
@@ -271,16 +279,16 @@ func (w *watched) look(force bool) {
 		var v int64
 		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&v); err != nil {
 			w.failed("read data_version", err)
-			return
+			return false
 		}
 		if w.known && v == w.version {
-			return // nothing committed by another connection
+			return false // nothing committed by another connection
 		}
-		w.version, w.known = v, true
+		w.version, w.known, changed = v, true, true
 	} else if !w.known {
 		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&w.version); err != nil {
 			w.failed("read data_version", err)
-			return
+			return false
 		}
 		w.known = true
 	}
@@ -288,7 +296,7 @@ func (w *watched) look(force bool) {
 	var due int64
 	if err := w.conn.QueryRowContext(ctx, stmtCountDue, now, MaxDueCount).Scan(&due); err != nil {
 		w.failed("count due messages", err)
-		return
+		return changed
 	}
 	if due > 0 {
 		w.src.pub.Notify(w.subject, due)
@@ -296,10 +304,11 @@ func (w *watched) look(force bool) {
 	var next sql.NullInt64
 	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next); err != nil {
 		w.failed("find the next visible_at", err)
-		return
+		return changed
 	}
 	w.failures = 0
 	w.arm(next)
+	return changed
 }
 
 // arm sets the timer for next (null: none).
@@ -331,20 +340,42 @@ func (w *watched) fire() {
 	w.look(true)
 }
 
-// armSettle (re)starts the settle timer. Called with w.mu held.
-func (w *watched) armSettle() {
-	if w.closed {
+// startSettle starts the re-checks after an event unless they run
+// already. Called with w.mu held.
+func (w *watched) startSettle() {
+	if w.closed || w.settling {
 		return
 	}
+	w.settling, w.step = true, 0
+	w.armStep()
+}
+
+func (w *watched) armStep() {
+	d := settleSteps[w.step]
 	if w.settle == nil {
-		w.settle = time.AfterFunc(SettleDelay, func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.look(false)
-		})
+		w.settle = time.AfterFunc(d, w.recheck)
 		return
 	}
-	w.settle.Reset(SettleDelay)
+	w.settle.Reset(d)
+}
+
+// recheck is one settle re-check.
+func (w *watched) recheck() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || !w.settling {
+		return
+	}
+	if w.look(false) {
+		w.step = 0
+	} else {
+		w.step++
+	}
+	if w.step == len(settleSteps) {
+		w.settling = false
+		return
+	}
+	w.armStep()
 }
 
 func (w *watched) failed(what string, err error) {

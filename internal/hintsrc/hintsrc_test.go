@@ -266,8 +266,8 @@ func TestRemoveStopsHints(t *testing.T) {
 	r.src.Remove("removed") // twice is fine
 	r.src.Remove("unknown")
 	insert(t, foreign(t, dir), 0)
-	// A window for a hint that must not come: 20 times the source's
-	// debounce plus settle delay.
+	// A window for a hint that must not come: three times the longest a
+	// watched queue takes to see a commit (its re-checks end after 31 ms).
 	time.Sleep(100 * time.Millisecond)
 	if c := r.count(); c != 0 {
 		t.Fatalf("got %d hints after Remove, want none", c)
