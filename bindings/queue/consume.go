@@ -176,7 +176,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			local, hint = q.hints.waitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
-			msgs, err := q.Receive(ctx, k, WithVisibility(c.o.visibility))
+			msgs, err := q.receiveRetry(ctx, k, WithVisibility(c.o.visibility))
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -279,7 +279,7 @@ func (c *consumer) process(m Message) {
 	default:
 		log.Warn("consume: handler failed; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
 	}
-	if nerr := c.q.Nack(c.hctx, m.ReceiptHandle); nerr != nil {
+	if nerr := retryBusy(c.hctx, func(ctx context.Context) error { return c.q.Nack(ctx, m.ReceiptHandle) }); nerr != nil {
 		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
 	}
 }
@@ -311,10 +311,15 @@ func (c *consumer) acker() {
 // ackBatch acks msgs in one transaction, or one by one if that fails.
 func (c *consumer) ackBatch(msgs []Message) {
 	log := c.o.log
-	stale, err := c.q.ackMany(c.hctx, msgs)
+	var stale []Message
+	err := retryBusy(c.hctx, func(ctx context.Context) error {
+		var err error
+		stale, err = c.q.ackMany(ctx, msgs)
+		return err
+	})
 	if err != nil {
 		for _, m := range msgs {
-			if aerr := c.q.Ack(c.hctx, m.ReceiptHandle); aerr != nil {
+			if aerr := retryBusy(c.hctx, func(ctx context.Context) error { return c.q.Ack(ctx, m.ReceiptHandle) }); aerr != nil {
 				log.Warn("consume: ack failed; the message will be delivered again", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, aerr)
 			}
 		}
