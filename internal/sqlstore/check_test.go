@@ -1,0 +1,374 @@
+package sqlstore_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/sqlstore"
+)
+
+func TestNormalizeSQL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"CREATE TABLE kv (\nkey TEXT PRIMARY KEY, -- the key\nvalue BLOB NOT NULL\n)": "CREATE TABLE KV(KEY TEXT PRIMARY KEY,VALUE BLOB NOT NULL)",
+		"create  table kv ( key text primary key ,value blob not null );":             "CREATE TABLE KV(KEY TEXT PRIMARY KEY,VALUE BLOB NOT NULL)",
+		"CREATE /* c */ INDEX i ON t (a,\n\tb)":                                       "CREATE INDEX I ON T(A,B)",
+		"CREATE TABLE t (a TEXT DEFAULT 'Mixed  Case -- no comment')":                 "CREATE TABLE T(A TEXT DEFAULT 'Mixed  Case -- no comment')",
+		`CREATE TABLE "Quoted Name" (a)`:                                              `CREATE TABLE "Quoted Name"(A)`,
+		"CREATE TABLE t (a TEXT DEFAULT 'it''s')":                                     "CREATE TABLE T(A TEXT DEFAULT 'it''s')",
+	} {
+		if got := sqlstore.NormalizeSQL(in); got != want {
+			t.Errorf("NormalizeSQL(%q)\n got %q\nwant %q", in, got, want)
+		}
+	}
+}
+
+// newKV creates a KV store with one key and closes it.
+func newKV(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := kv.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(context.Background(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func newQueue(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	q, err := queue.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Send(context.Background(), queue.Text("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// rawExec runs statements on a database file through a plain read-write
+// SQLite connection, as a foreign tool would.
+func rawExec(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+func verify(t *testing.T, path string, f sqlstore.Format) sqlstore.Verification {
+	t.Helper()
+	v, err := sqlstore.Verify(context.Background(), path, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func kinds(v sqlstore.Verification) string {
+	var k []string
+	for _, p := range v.Problems {
+		k = append(k, p.Kind+" "+p.Object)
+	}
+	return strings.Join(k, "; ")
+}
+
+func TestVerifyAcceptsFreshStores(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		dir string
+		f   sqlstore.Format
+	}{{newKV(t), kv.Format()}, {newQueue(t), queue.Format()}} {
+		path := filepath.Join(c.dir, c.f.File)
+		before := sha256File(t, path)
+		v := verify(t, path, c.f)
+		if !v.OK() || len(v.Notes) != 0 || v.Objects == 0 {
+			t.Errorf("%s: %+v", c.f.Marker, v)
+		}
+		if sha256File(t, path) != before {
+			t.Errorf("%s: Verify changed the database file", c.f.Marker)
+		}
+	}
+}
+
+func sha256File(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path) // no SQLite connection of this test is open on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+func TestVerifyReportsDrift(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		queue bool
+		stmts []string
+		want  string // kinds
+		note  bool
+	}{
+		{"column added", false, []string{"ALTER TABLE kv ADD COLUMN extra TEXT"}, "schema-changed table kv", false},
+		{"unknown table and trigger", false, []string{"CREATE TABLE audit (x)", "CREATE TRIGGER tr AFTER INSERT ON kv BEGIN SELECT 1; END"},
+			"schema-unknown table audit; schema-unknown trigger tr", false},
+		{"spec index dropped", true, []string{"DROP INDEX idx_messages_visible"}, "schema-missing index idx_messages_visible", false},
+		{"spec index changed", true, []string{"DROP INDEX idx_messages_visible", "CREATE INDEX idx_messages_visible ON messages (visible_at)"},
+			"schema-changed index idx_messages_visible", false},
+		{"own index dropped is a note", true, []string{"DROP INDEX lc_messages_order"}, "", true},
+		{"foreign marker", false, []string{"UPDATE meta SET value = 'localkv.v9' WHERE key = 'format'"}, "marker table meta", false},
+		{"no marker row", false, []string{"DELETE FROM meta"}, "marker table meta", false},
+		{"no meta", false, []string{"DROP TABLE meta"}, "marker table meta", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir, f := newKV(t), kv.Format()
+			if c.queue {
+				dir, f = newQueue(t), queue.Format()
+			}
+			path := filepath.Join(dir, f.File)
+			rawExec(t, path, c.stmts...)
+			v := verify(t, path, f)
+			if got := kinds(v); got != c.want {
+				t.Errorf("problems %q, want %q\n%+v", got, c.want, v.Problems)
+			}
+			if (len(v.Notes) > 0) != c.note {
+				t.Errorf("notes %q", v.Notes)
+			}
+		})
+	}
+}
+
+func TestVerifyReportsANonDatabaseAndTheOtherFormat(t *testing.T) {
+	t.Parallel()
+	junk := filepath.Join(t.TempDir(), "junk.sqlite")
+	if err := os.WriteFile(junk, []byte(strings.Repeat("not sqlite ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := verify(t, junk, kv.Format()); kinds(v) != "open " {
+		t.Errorf("junk: %+v", v)
+	}
+	q := filepath.Join(newQueue(t), queue.FileName)
+	v := verify(t, q, kv.Format())
+	if kinds(v) != "marker table meta" || !strings.Contains(v.Problems[0].Message, `"localqueue.v1"`) {
+		t.Errorf("queue as kv: %+v", v)
+	}
+}
+
+func TestBackupWhileWriting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := kv.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stop := make(chan struct{})
+	written := make(chan int, 1)
+	go func() {
+		i := 0
+		defer func() { written <- i }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.Put(ctx, fmt.Sprintf("k%06d", i+1), []byte("v")); err != nil {
+				t.Error(err)
+				return
+			}
+			i++
+		}
+	}()
+	// Wait for some writes, by polling the store.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if ok, _ := s.Exists(ctx, "k000100"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("writer made no progress")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dst := filepath.Join(t.TempDir(), "b.sqlite")
+	res, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, kv.Format())
+	close(stop)
+	n := <-written
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes == 0 || res.Path != dst {
+		t.Errorf("result %+v", res)
+	}
+	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup file: %v %v", fi, err)
+	}
+	for _, side := range []string{"-wal", "-shm", "-journal"} {
+		if _, err := os.Stat(dst + side); err == nil {
+			t.Errorf("backup left %s", side)
+		}
+	}
+	// The backup is a prefix k1..km of the writes, m >= 100.
+	copyDir := t.TempDir()
+	if err := os.Link(dst, filepath.Join(copyDir, kv.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := kv.Open(ctx, copyDir, kv.ReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	var m int
+	cursor := ""
+	for {
+		page, err := bs.Scan(ctx, "k", kv.MaxScanLimit, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range page.Items {
+			m++
+			if want := fmt.Sprintf("k%06d", m); it.Key != want {
+				t.Fatalf("key %d is %s, want %s: not a prefix", m, it.Key, want)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if m < 100 || m > n {
+		t.Errorf("backup holds %d keys; 100 were written before it began, %d in all", m, n)
+	}
+
+	// An existing destination is never overwritten.
+	if _, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, kv.Format()); !errors.Is(err, sqlstore.ErrExists) {
+		t.Errorf("second backup to the same file: %v", err)
+	}
+}
+
+func TestBackupOfTheWrongFormatLeavesNothing(t *testing.T) {
+	t.Parallel()
+	src := filepath.Join(newQueue(t), queue.FileName)
+	out := t.TempDir()
+	dst := filepath.Join(out, "b.sqlite")
+	_, err := sqlstore.Backup(context.Background(), src, dst, kv.Format())
+	var ve *sqlstore.VerifyError
+	if !errors.As(err, &ve) || !errors.Is(err, sqlstore.ErrVerifyFailed) {
+		t.Fatalf("err = %v", err)
+	}
+	if es, _ := os.ReadDir(out); len(es) != 0 {
+		t.Errorf("left %v", es)
+	}
+}
+
+func TestRestoreKeepsTheReplacedStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srcDir, liveDir := newKV(t), newKV(t)
+	// Make the two differ.
+	s, err := kv.Open(ctx, liveDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "live-only", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// While this process holds the store, Restore refuses.
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := filepath.Join(srcDir, kv.FileName)
+	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now); err == nil || !strings.Contains(err.Error(), "this process has the store open") {
+		t.Errorf("restore with an open handle: %v", err)
+	}
+	s.Close()
+
+	// A plain SQLite connection (as another process would hold) keeps -wal.
+	other, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: filepath.Join(liveDir, kv.FileName)}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec("SELECT COUNT(*) FROM kv"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now); !errors.Is(err, sqlstore.ErrStoreInUse) {
+		t.Errorf("restore while another connection is open: %v", err)
+	}
+	other.Close()
+
+	res, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(liveDir, kv.FileName+".replaced-20250102T030405Z"); res.Replaced != want {
+		t.Errorf("replaced at %s, want %s", res.Replaced, want)
+	}
+	if fi, err := os.Stat(res.Path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("restored file: %v %v", fi, err)
+	}
+	es, _ := os.ReadDir(liveDir)
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	if got := strings.Join(names, " "); got != ".localkv.sqlite.lock localkv.sqlite localkv.sqlite.replaced-20250102T030405Z" {
+		t.Errorf("store dir holds %s", got)
+	}
+	r, err := kv.Open(ctx, liveDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if ok, _ := r.Exists(ctx, "live-only"); ok {
+		t.Error("restored store still has the live-only key")
+	}
+	if ok, _ := r.Exists(ctx, "k"); !ok {
+		t.Error("restored store lacks the backup's key")
+	}
+	var mode string
+	if err := r.DB().R.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode %q %v", mode, err)
+	}
+	if v := verify(t, res.Replaced, kv.Format()); !v.OK() {
+		t.Errorf("replaced store: %+v", v)
+	}
+
+	// A second restore at the same second gets another name.
+	r.Close()
+	res2, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now)
+	if err != nil || res2.Replaced != res.Replaced+"-2" {
+		t.Errorf("second restore: %+v %v", res2, err)
+	}
+	// A source of the wrong format is refused before anything changes.
+	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), filepath.Join(newQueue(t), queue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
+		t.Errorf("queue into kv: %v", err)
+	}
+}
