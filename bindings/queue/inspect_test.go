@@ -1,0 +1,73 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue"
+)
+
+func TestPeekAndStatsClaimNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.UnixMilli(1_700_000_000_000)
+	clock := func() time.Time { return now }
+	dir := t.TempDir()
+	q, err := queue.Open(ctx, dir, queue.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, p := range []queue.Payload{queue.Text("a"), queue.JSON(map[string]int{"n": 2}), queue.Text("c")} {
+		if err := q.Send(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Millisecond)
+	}
+	got, err := q.Receive(ctx, 1, queue.WithVisibility(time.Minute))
+	if err != nil || len(got) != 1 {
+		t.Fatalf("receive: %v %d", err, len(got))
+	}
+
+	ro, err := queue.Open(ctx, dir, queue.ReadOnly(), queue.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	for range 2 { // peeking twice changes nothing
+		ms, err := ro.Peek(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 3 {
+			t.Fatalf("peek returned %d messages", len(ms))
+		}
+		first := ms[0]
+		if first.Payload.Data != "a" || first.Attempt != 1 || !first.Delivered || !first.VisibleAt.Equal(now.Add(time.Minute)) {
+			t.Errorf("first = %+v", first)
+		}
+		if ms[1].Payload.Type != queue.TypeJSON || ms[1].Attempt != 0 || ms[1].Delivered || ms[1].VisibleAt.After(now) {
+			t.Errorf("second = %+v", ms[1])
+		}
+		st, err := ro.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Total != 3 || st.Due != 2 || st.InFlight != 1 || !st.Oldest.Equal(ms[0].EnqueuedAt) {
+			t.Errorf("stats = %+v", st)
+		}
+	}
+	if ms, _ := ro.Peek(ctx, 1); len(ms) != 1 {
+		t.Errorf("limit 1 gave %d", len(ms))
+	}
+	if _, err := ro.Peek(ctx, 0); bindings.CodeOf(err) != bindings.CodeInvalidInput {
+		t.Errorf("limit 0: %v", err)
+	}
+	// The next receive still gets the second message on its first attempt.
+	got, err = q.Receive(ctx, 1)
+	if err != nil || len(got) != 1 || got[0].Attempt != 1 || got[0].Payload.Type != queue.TypeJSON {
+		t.Errorf("receive after peek: %+v %v", got, err)
+	}
+}
