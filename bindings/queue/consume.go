@@ -34,7 +34,8 @@ type ConsumeOption func(*consumeOptions)
 
 type consumeOptions struct {
 	workers    int
-	batch      int // 0: min(workers, MaxReceiveBatch)
+	batch      int
+	batchSet   bool
 	visibility time.Duration
 	poll       time.Duration
 	log        *slog.Logger
@@ -47,7 +48,9 @@ func Workers(n int) ConsumeOption { return func(o *consumeOptions) { o.workers =
 // BatchSize sets the most messages one claim takes, 1..MaxReceiveBatch. A
 // claim never takes more than there are idle workers. Defaults to
 // min(workers, MaxReceiveBatch).
-func BatchSize(n int) ConsumeOption { return func(o *consumeOptions) { o.batch = n } }
+func BatchSize(n int) ConsumeOption {
+	return func(o *consumeOptions) { o.batch, o.batchSet = n, true }
+}
 
 // ConsumeVisibility sets the lease of every message Consume claims,
 // MinVisibility..MaxVisibility: a handler that runs longer than this may see
@@ -75,7 +78,7 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 	if o.workers < 1 || o.workers > MaxWorkers {
 		return o, bindings.Errorf(bindings.CodeInvalidInput, "workers: must be between 1 and %d, got %d", MaxWorkers, o.workers)
 	}
-	if o.batch == 0 {
+	if !o.batchSet {
 		o.batch = min(o.workers, MaxReceiveBatch)
 	}
 	if o.batch < 1 || o.batch > MaxReceiveBatch {

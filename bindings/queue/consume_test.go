@@ -85,6 +85,7 @@ func TestConsumeOptionsValidated(t *testing.T) {
 		"workers 0":    {ok, []queue.ConsumeOption{queue.Workers(0)}},
 		"workers 257":  {ok, []queue.ConsumeOption{queue.Workers(queue.MaxWorkers + 1)}},
 		"batch 11":     {ok, []queue.ConsumeOption{queue.BatchSize(11)}},
+		"batch 0":      {ok, []queue.ConsumeOption{queue.BatchSize(0)}},
 		"batch -1":     {ok, []queue.ConsumeOption{queue.BatchSize(-1)}},
 		"visibility 0": {ok, []queue.ConsumeOption{queue.ConsumeVisibility(0)}},
 		"poll 0":       {ok, []queue.ConsumeOption{queue.PollInterval(0)}},

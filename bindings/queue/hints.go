@@ -50,6 +50,9 @@ type wakeOptions struct {
 // (natsURL, token), dialed on the first hint, and one subscription per
 // (natsURL, token, subject), made on the first wait; they reconnect forever
 // and close with the last handle that uses them.
+//
+// Programs started by `localcloud run` find natsURL in $LOCALCLOUD_NATS_URL
+// and subject in the binding's JSON; FromEnv passes them here.
 func WithHints(natsURL, token, subject string) Option {
 	return func(o *options) {
 		o.wake.url, o.wake.token, o.wake.subject = natsURL, token, subject
@@ -57,8 +60,8 @@ func WithHints(natsURL, token, subject string) Option {
 }
 
 // WithPollInterval sets the fallback poll of ReceiveWait on this handle and
-// the default of Consume's PollInterval. Defaults to DefaultPollInterval
-// (1 s).
+// the default of Consume's PollInterval; 0 means the default,
+// DefaultPollInterval (1 s).
 func WithPollInterval(d time.Duration) Option {
 	return func(o *options) { o.wake.poll = d }
 }
@@ -68,7 +71,7 @@ func (w wakeOptions) validate() error {
 		return bindings.Errorf(bindings.CodeInvalidInput, "hints: subject must not be empty when a NATS URL (%s) is given", w.url)
 	}
 	if w.poll < 0 {
-		return bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must be positive, got %s", w.poll)
+		return bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must not be negative, got %s", w.poll)
 	}
 	return nil
 }
