@@ -75,6 +75,8 @@ Commands:
   env       print the environment an app needs to find its bindings
   run       run a command with that environment
   status    show whether up runs and the state of each binding
+  kv        get, put, delete, exists, scan the keys of a KV binding
+  queue     send, receive, ack, nack, purge, peek, stats a queue binding
 
 Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
 else ./stack.yaml.
@@ -95,6 +97,8 @@ func (a *app) commands() map[string]command {
 		"env":      &envCommand{app: a},
 		"run":      &runCommand{app: a},
 		"status":   &statusCommand{app: a},
+		"kv":       &kvCommand{app: a},
+		"queue":    &queueCommand{app: a},
 	}
 }
 

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/config"
+)
+
+// kvCommand reads and writes a KV binding's store.
+type kvCommand struct {
+	app *app
+}
+
+func (c *kvCommand) Run(ctx context.Context, args []string) error {
+	return subcommands(ctx, "kv", map[string]func(context.Context, []string) error{
+		"get":    c.get,
+		"put":    c.put,
+		"delete": c.delete,
+		"exists": c.exists,
+		"scan":   c.scan,
+	}, args)
+}
+
+// The --json outputs of kv (docs/CLI.md).
+type (
+	kvGetJSON struct {
+		Binding string `json:"binding"`
+		Key     string `json:"key"`
+		Found   bool   `json:"found"`
+		*valueJSON
+	}
+	kvPutJSON struct {
+		Binding string `json:"binding"`
+		Key     string `json:"key"`
+		Written bool   `json:"written"`
+		Bytes   int    `json:"bytes"`
+		// TTLMillis is the TTL given with --ttl; absent without one.
+		TTLMillis *int64 `json:"ttlMillis,omitempty"`
+	}
+	kvDeleteJSON struct {
+		Binding string `json:"binding"`
+		Key     string `json:"key"`
+		Deleted bool   `json:"deleted"`
+	}
+	kvExistsJSON struct {
+		Binding string `json:"binding"`
+		Key     string `json:"key"`
+		Exists  bool   `json:"exists"`
+	}
+	kvScanJSON struct {
+		Binding    string       `json:"binding"`
+		Prefix     string       `json:"prefix"`
+		Items      []kvItemJSON `json:"items"`
+		NextCursor string       `json:"nextCursor"`
+	}
+	kvItemJSON struct {
+		Key string `json:"key"`
+		valueJSON
+	}
+)
+
+// kvFlags are the flags of every kv subcommand.
+func kvFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
+	fs = newFlagSet("kv " + sub)
+	return fs, stackFlag(fs), jsonFlag(fs)
+}
+
+func (c *kvCommand) get(ctx context.Context, args []string) error {
+	fs, file, asJSON := kvFlags("get")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
+		return err
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
+	if err != nil {
+		return err
+	}
+	s, err := openKV(ctx, st, b, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	key := pos[1]
+	v, ok, err := s.Get(ctx, key)
+	if err != nil {
+		return storeErr("kv get", err)
+	}
+	if *asJSON {
+		out := kvGetJSON{Binding: b.Name, Key: key, Found: ok}
+		if ok {
+			val := encodeValue(v)
+			out.valueJSON = &val
+		}
+		if err := c.app.printJSON(out); err != nil {
+			return err
+		}
+	}
+	if !ok {
+		return &hintError{
+			err: fmt.Errorf("key %q not found in kv binding %s (or it expired)", key, b.Name),
+			try: fmt.Sprintf("localcloud kv scan %s PREFIX lists the keys that start with PREFIX", b.Name),
+		}
+	}
+	if !*asJSON {
+		_, err = c.app.stdout.Write(v)
+	}
+	return err
+}
+
+func (c *kvCommand) put(ctx context.Context, args []string) error {
+	fs, file, asJSON := kvFlags("put")
+	ttl := fs.Duration("ttl", 0, "expire the key after `D` (e.g. 30s, 1h; millisecond precision)")
+	ifNotExists := fs.Bool("if-not-exists", false, "write only if the key is absent or expired; exit 1 if it exists")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 3, 3, "BINDING KEY VALUE (or - to read the value from stdin)"); err != nil {
+		return err
+	}
+	ttlSet := false
+	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
+	if ttlSet && *ttl <= 0 {
+		return &usageError{msg: fmt.Sprintf("--ttl must be positive, got %s", *ttl), try: "localcloud kv put BINDING KEY VALUE --ttl 30s"}
+	}
+	value, err := c.app.readInput(pos[2], kv.MaxValueBytes)
+	if err != nil {
+		return err
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
+	if err != nil {
+		return err
+	}
+	s, err := openKV(ctx, st, b, true)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var opts []kv.PutOption
+	if ttlSet {
+		opts = append(opts, kv.WithTTL(*ttl))
+	}
+	if *ifNotExists {
+		opts = append(opts, kv.IfNotExists())
+	}
+	key := pos[1]
+	written, err := s.Put(ctx, key, value, opts...)
+	if err != nil {
+		return storeErr("kv put", err)
+	}
+	if *asJSON {
+		out := kvPutJSON{Binding: b.Name, Key: key, Written: written, Bytes: len(value)}
+		if ttlSet {
+			ms := ttl.Milliseconds()
+			out.TTLMillis = &ms
+		}
+		if err := c.app.printJSON(out); err != nil {
+			return err
+		}
+	}
+	if !written {
+		return &hintError{
+			err: fmt.Errorf("key %q already exists in kv binding %s; nothing was written (--if-not-exists)", key, b.Name),
+			try: "leave out --if-not-exists to overwrite it",
+		}
+	}
+	if !*asJSON {
+		expiry := ""
+		if ttlSet {
+			expiry = fmt.Sprintf(", expires in %s", *ttl)
+		}
+		fmt.Fprintf(c.app.stdout, "stored %s in %s (%d bytes%s)\n", key, b.Name, len(value), expiry)
+	}
+	return nil
+}
+
+func (c *kvCommand) delete(ctx context.Context, args []string) error {
+	fs, file, asJSON := kvFlags("delete")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
+		return err
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
+	if err != nil {
+		return err
+	}
+	s, err := openKV(ctx, st, b, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.Delete(ctx, pos[1]); err != nil {
+		return storeErr("kv delete", err)
+	}
+	if *asJSON {
+		return c.app.printJSON(kvDeleteJSON{Binding: b.Name, Key: pos[1], Deleted: true})
+	}
+	fmt.Fprintf(c.app.stdout, "deleted %s from %s (if it was there)\n", pos[1], b.Name)
+	return nil
+}
+
+func (c *kvCommand) exists(ctx context.Context, args []string) error {
+	fs, file, asJSON := kvFlags("exists")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
+		return err
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
+	if err != nil {
+		return err
+	}
+	s, err := openKV(ctx, st, b, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ok, err := s.Exists(ctx, pos[1])
+	if err != nil {
+		return storeErr("kv exists", err)
+	}
+	if *asJSON {
+		err = c.app.printJSON(kvExistsJSON{Binding: b.Name, Key: pos[1], Exists: ok})
+	} else {
+		_, err = fmt.Fprintln(c.app.stdout, ok)
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &exitCodeError{code: exitFailure} // like test(1): the answer is the exit code
+	}
+	return nil
+}
+
+func (c *kvCommand) scan(ctx context.Context, args []string) error {
+	fs, file, asJSON := kvFlags("scan")
+	limit := fs.Int("limit", kv.DefaultScanLimit, fmt.Sprintf("at most `N` keys per page (1-%d)", kv.MaxScanLimit))
+	cursor := fs.String("cursor", "", "continue after the page that printed cursor `C`")
+	all := fs.Bool("all", false, "follow the cursor and print every page")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "BINDING PREFIX"); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > kv.MaxScanLimit {
+		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", kv.MaxScanLimit, *limit), try: "localcloud kv scan -h"}
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
+	if err != nil {
+		return err
+	}
+	s, err := openKV(ctx, st, b, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	prefix := pos[1]
+	out := kvScanJSON{Binding: b.Name, Prefix: prefix, Items: []kvItemJSON{}}
+	next := *cursor
+	var items []kv.Item
+	for {
+		page, err := s.Scan(ctx, prefix, *limit, next)
+		if err != nil {
+			return storeErr("kv scan", err)
+		}
+		items = append(items, page.Items...)
+		next = page.NextCursor
+		if !*all || next == "" {
+			break
+		}
+	}
+	out.NextCursor = next
+	if *asJSON {
+		for _, it := range items {
+			out.Items = append(out.Items, kvItemJSON{Key: it.Key, valueJSON: encodeValue(it.Value)})
+		}
+		return c.app.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tBYTES\tVALUE")
+	for _, it := range items {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", it.Key, len(it.Value), preview(it.Value))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.app.stderr, "more keys follow: localcloud kv scan %s %s --cursor %s (or --all)\n", b.Name, prefix, next)
+	}
+	return nil
+}
+
+func (c *kvCommand) Usage() {
+	fmt.Fprint(c.app.stdout, `Read and write a KV binding's store.
+
+Usage:
+  localcloud kv get    BINDING KEY                 [--json]
+  localcloud kv put    BINDING KEY VALUE|-         [--ttl D] [--if-not-exists] [--json]
+  localcloud kv delete BINDING KEY                 [--json]
+  localcloud kv exists BINDING KEY                 [--json]
+  localcloud kv scan   BINDING PREFIX              [--limit N] [--cursor C] [--all] [--json]
+
+Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
+./stack.yaml); flags may come before or after the arguments, and "--" ends
+the flags (for a VALUE starting with "-").
+
+  get     writes the value's raw bytes to stdout, nothing added (binary
+          safe); exits 1 with an error when the key is absent or expired.
+  put     stores VALUE, or stdin when VALUE is "-" (binary safe, at most
+          24576 bytes). --ttl makes the key expire; with --if-not-exists
+          it writes only if the key is absent or expired, else exits 1.
+  delete  removes the key; a missing key is not an error.
+  exists  prints true or false and exits 0 or 1 accordingly.
+  scan    lists live keys starting with PREFIX in key order: key, size and
+          a quoted preview of the value. With more keys than --limit it
+          prints the next --cursor on stderr; --all prints every page.
+
+Keys are 1-512 bytes of A-Z a-z 0-9 - _ : . Reads need the store to exist;
+put creates it (as an app's first write would). Works with or without
+localcloud up running.
+
+Examples:
+  localcloud kv put carts cart:42 '{"items":3}' --ttl 1h
+  localcloud kv get carts cart:42
+  cat photo.jpg | localcloud kv put carts photo:1 -
+  localcloud kv get carts photo:1 > copy.jpg
+  localcloud kv scan carts cart: --all --json
+
+Flags:
+  -f FILE           stack file
+  --json            print one JSON object instead of text (docs/CLI.md)
+  --ttl D           put: expire after D (30s, 5m, 1h)
+  --if-not-exists   put: only if absent or expired
+  --limit N         scan: keys per page, 1-1000 (default 1000)
+  --cursor C        scan: continue after a page
+  --all             scan: every page
+`)
+}

@@ -1,0 +1,487 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/config"
+)
+
+// queueCommand works with a queue binding's store.
+type queueCommand struct {
+	app *app
+	now func() time.Time // time.Now; tests replace it
+}
+
+func (c *queueCommand) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+func (c *queueCommand) Run(ctx context.Context, args []string) error {
+	return subcommands(ctx, "queue", map[string]func(context.Context, []string) error{
+		"send":    c.send,
+		"receive": c.receive,
+		"ack":     c.ack,
+		"nack":    c.nack,
+		"purge":   c.purge,
+		"peek":    c.peek,
+		"stats":   c.stats,
+	}, args)
+}
+
+// The --json outputs of queue (docs/CLI.md).
+type (
+	queueSendJSON struct {
+		Binding string `json:"binding"`
+		Type    string `json:"type"`
+		Bytes   int    `json:"bytes"`
+	}
+	queueReceiveJSON struct {
+		Binding  string            `json:"binding"`
+		Messages []queueMessageOut `json:"messages"`
+	}
+	queueMessageOut struct {
+		ID         int64           `json:"id"`
+		Receipt    string          `json:"receipt"`
+		Attempt    int             `json:"attempt"`
+		Type       string          `json:"type"`
+		Payload    string          `json:"payload"`
+		JSON       json.RawMessage `json:"json,omitempty"`
+		EnqueuedAt string          `json:"enqueuedAt"`
+	}
+	queueReceiptJSON struct {
+		Binding string              `json:"binding"`
+		Results []queueReceiptState `json:"results"`
+	}
+	queueReceiptState struct {
+		Receipt string `json:"receipt"`
+		OK      bool   `json:"ok"`
+		// Note says the receipt was not one this store issues (a no-op).
+		Note  string `json:"note,omitempty"`
+		Error string `json:"error,omitempty"`
+	}
+	queuePurgeJSON struct {
+		Binding        string `json:"binding"`
+		Purged         bool   `json:"purged"`
+		MessagesBefore int64  `json:"messagesBefore"`
+	}
+	queuePeekJSON struct {
+		Binding  string         `json:"binding"`
+		Messages []queuePeekOut `json:"messages"`
+	}
+	queuePeekOut struct {
+		ID         int64           `json:"id"`
+		Attempt    int             `json:"attempt"`
+		Type       string          `json:"type"`
+		Payload    string          `json:"payload"`
+		JSON       json.RawMessage `json:"json,omitempty"`
+		Bytes      int             `json:"bytes"`
+		EnqueuedAt string          `json:"enqueuedAt"`
+		VisibleAt  string          `json:"visibleAt"`
+		State      string          `json:"state"`
+	}
+	queueStatsJSON struct {
+		Binding          string `json:"binding"`
+		Due              int64  `json:"due"`
+		InFlight         int64  `json:"inFlight"`
+		Total            int64  `json:"total"`
+		OldestAgeMillis  int64  `json:"oldestAgeMillis"`
+		OldestEnqueuedAt string `json:"oldestEnqueuedAt,omitempty"`
+	}
+)
+
+// Message states shown by peek.
+const (
+	stateDue      = "due"
+	stateInFlight = "in-flight"
+	stateDelayed  = "delayed"
+)
+
+func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
+	fs = newFlagSet("queue " + sub)
+	return fs, stackFlag(fs), jsonFlag(fs)
+}
+
+// openBinding resolves and opens the queue binding named by pos[0].
+func (c *queueCommand) openBinding(ctx context.Context, file, name string, access queueAccess) (*queue.Queue, config.Binding, error) {
+	st, b, err := c.app.findBinding(file, name, config.TypeQueue)
+	if err != nil {
+		return nil, b, err
+	}
+	q, err := openQueue(ctx, st, b, access)
+	return q, b, err
+}
+
+func (c *queueCommand) send(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("send")
+	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "BINDING TEXT (or - to read the payload from stdin)"); err != nil {
+		return err
+	}
+	data, err := c.app.readInput(pos[1], queue.MaxPayloadBytes)
+	if err != nil {
+		return err
+	}
+	p := queue.Text(string(data))
+	if *isJSON {
+		if !json.Valid(data) {
+			return &usageError{msg: "--json-payload: the payload is not valid JSON", try: `localcloud queue send BINDING '{"order":42}' --json-payload`}
+		}
+		p = queue.JSON(json.RawMessage(data))
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueCreate)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.Send(ctx, p); err != nil {
+		return storeErr("queue send", err)
+	}
+	if *asJSON {
+		return c.app.printJSON(queueSendJSON{Binding: b.Name, Type: string(p.Type), Bytes: len(p.Data)})
+	}
+	fmt.Fprintf(c.app.stdout, "sent a %s message to %s (%d bytes)\n", p.Type, b.Name, len(p.Data))
+	return nil
+}
+
+func (c *queueCommand) receive(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("receive")
+	max := fs.Int("max", 1, fmt.Sprintf("claim at most `N` messages (1-%d)", queue.MaxReceiveBatch))
+	vis := fs.Duration("visibility", 0, "hide the claimed messages for `D` (default: the binding's visibilityTimeout)")
+	wait := fs.Duration("wait", 0, "when nothing is due, wait up to `D` for a message")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return &usageError{msg: fmt.Sprintf("--wait must not be negative, got %s", *wait), try: "localcloud queue receive BINDING --wait 10s"}
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	var opts []queue.ReceiveOption
+	if *vis != 0 {
+		opts = append(opts, queue.WithVisibility(*vis))
+	}
+	ctx, stop := c.app.interruptible(ctx)
+	defer stop()
+	// On SIGINT during the wait, ReceiveWait returns having claimed nothing.
+	msgs, err := q.ReceiveWait(ctx, *max, *wait, opts...)
+	if errors.Is(err, context.Canceled) {
+		return &exitCodeError{code: 130}
+	}
+	if err != nil {
+		return storeErr("queue receive", err)
+	}
+	if *asJSON {
+		out := queueReceiveJSON{Binding: b.Name, Messages: []queueMessageOut{}}
+		for _, m := range msgs {
+			mo := queueMessageOut{ID: m.ID, Receipt: m.ReceiptHandle, Attempt: m.Attempt, Type: string(m.Payload.Type),
+				Payload: m.Payload.Data, EnqueuedAt: fmtTime(m.EnqueuedAt)}
+			if m.Payload.Type == queue.TypeJSON {
+				mo.JSON = json.RawMessage(m.Payload.Data)
+			}
+			out.Messages = append(out.Messages, mo)
+		}
+		return c.app.printJSON(out)
+	}
+	if len(msgs) == 0 {
+		fmt.Fprintf(c.app.stderr, "no message due in %s\n", b.Name)
+		return nil
+	}
+	for i, m := range msgs {
+		if i > 0 {
+			fmt.Fprintln(c.app.stdout)
+		}
+		fmt.Fprintf(c.app.stdout, "id=%d attempt=%d type=%s enqueued=%s receipt=%s\n%s\n",
+			m.ID, m.Attempt, m.Payload.Type, fmtTime(m.EnqueuedAt), m.ReceiptHandle, m.Payload.Data)
+	}
+	return nil
+}
+
+// receiptRE is the shape of the receipts a store issues: "{id}:{uuid}".
+var receiptRE = regexp.MustCompile(`^[1-9][0-9]*:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+func (c *queueCommand) ack(ctx context.Context, args []string) error {
+	return c.settle(ctx, "ack", args)
+}
+
+func (c *queueCommand) nack(ctx context.Context, args []string) error {
+	return c.settle(ctx, "nack", args)
+}
+
+// settle acks or nacks every receipt given, and fails if any failed.
+func (c *queueCommand) settle(ctx context.Context, op string, args []string) error {
+	fs, file, asJSON := queueFlags(op)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, -1, "BINDING RECEIPT..."); err != nil {
+		return err
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	out := queueReceiptJSON{Binding: b.Name}
+	var failed []string
+	for _, r := range pos[1:] {
+		res := queueReceiptState{Receipt: r, OK: true}
+		if !receiptRE.MatchString(r) {
+			res.Note = "not a receipt this store issues (want ID:UUID from queue receive); nothing done"
+		}
+		if op == "ack" {
+			err = q.Ack(ctx, r)
+		} else {
+			err = q.Nack(ctx, r)
+		}
+		if err != nil {
+			res.OK, res.Error = false, err.Error()
+			failed = append(failed, fmt.Sprintf("%s %s: %v", op, r, err))
+		}
+		out.Results = append(out.Results, res)
+	}
+	if *asJSON {
+		if err := c.app.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range out.Results {
+			switch {
+			case r.Note != "":
+				fmt.Fprintf(c.app.stderr, "%s %s: %s\n", op, r.Receipt, r.Note)
+			case r.OK:
+				fmt.Fprintf(c.app.stdout, "%sed %s\n", op, r.Receipt)
+			}
+		}
+	}
+	if len(failed) > 0 {
+		return &hintError{
+			err: errors.New(strings.Join(failed, "\n")),
+			try: "a stale receipt means the message was delivered again since; use the receipt of its latest delivery",
+		}
+	}
+	return nil
+}
+
+func (c *queueCommand) purge(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("purge")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
+		return err
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	before, err := q.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if !*yes {
+		fmt.Fprintf(c.app.stderr, "Delete all %d messages of queue %s (%d due, %d in flight)? Type yes to confirm: ",
+			before.Total, b.Name, before.Due, before.InFlight)
+		answer := ""
+		if c.app.stdin != nil {
+			line, _ := bufio.NewReader(c.app.stdin).ReadString('\n')
+			answer = strings.ToLower(strings.TrimSpace(line))
+		}
+		if !isTerminal(c.app.stdin) {
+			fmt.Fprintln(c.app.stderr) // a terminal echoed the user's Enter
+		}
+		if answer != "yes" && answer != "y" {
+			return &hintError{err: fmt.Errorf("purge of %s not confirmed; nothing was deleted", b.Name), try: "localcloud queue purge " + b.Name + " --yes"}
+		}
+	}
+	if err := q.Purge(ctx); err != nil {
+		return err
+	}
+	if *asJSON {
+		return c.app.printJSON(queuePurgeJSON{Binding: b.Name, Purged: true, MessagesBefore: before.Total})
+	}
+	fmt.Fprintf(c.app.stdout, "purged %s (it held %d messages)\n", b.Name, before.Total)
+	return nil
+}
+
+func (c *queueCommand) peek(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("peek")
+	limit := fs.Int("limit", 20, fmt.Sprintf("list at most `N` messages (1-%d)", queue.MaxPeekLimit))
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
+		return err
+	}
+	if *limit < 1 || *limit > queue.MaxPeekLimit {
+		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", queue.MaxPeekLimit, *limit), try: "localcloud queue peek -h"}
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	msgs, err := q.Peek(ctx, *limit)
+	if err != nil {
+		return err
+	}
+	now := c.clock()
+	if *asJSON {
+		out := queuePeekJSON{Binding: b.Name, Messages: []queuePeekOut{}}
+		for _, m := range msgs {
+			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
+				Bytes: len(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt), VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now)}
+			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
+				po.JSON = json.RawMessage(m.Payload.Data)
+			}
+			out.Messages = append(out.Messages, po)
+		}
+		return c.app.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tTYPE\tPAYLOAD")
+	for _, m := range msgs {
+		state := peekState(m, now)
+		if state != stateDue {
+			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
+			state, m.Payload.Type, preview([]byte(m.Payload.Data)))
+	}
+	return tw.Flush()
+}
+
+// peekState says whether a message is due, in flight (leased) or delayed.
+func peekState(m queue.PeekedMessage, now time.Time) string {
+	switch {
+	case !m.VisibleAt.After(now):
+		return stateDue
+	case m.Attempt > 0:
+		return stateInFlight
+	}
+	return stateDelayed
+}
+
+func (c *queueCommand) stats(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("stats")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
+		return err
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	s, err := q.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight, Total: s.Total}
+	if !s.Oldest.IsZero() {
+		out.OldestEnqueuedAt = fmtTime(s.Oldest)
+		if age := c.clock().Sub(s.Oldest); age > 0 {
+			out.OldestAgeMillis = age.Milliseconds()
+		}
+	}
+	if *asJSON {
+		return c.app.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tDUE\tIN FLIGHT\tTOTAL\tOLDEST")
+	oldest := "-"
+	if s.Total > 0 {
+		oldest = (time.Duration(out.OldestAgeMillis) * time.Millisecond).Round(time.Second).String()
+	}
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", b.Name, s.Due, s.InFlight, s.Total, oldest)
+	return tw.Flush()
+}
+
+func (c *queueCommand) Usage() {
+	fmt.Fprint(c.app.stdout, `Send, receive and inspect the messages of a queue binding.
+
+Usage:
+  localcloud queue send    BINDING TEXT|-      [--json-payload] [--json]
+  localcloud queue receive BINDING             [--max N] [--visibility D] [--wait D] [--json]
+  localcloud queue ack     BINDING RECEIPT...  [--json]
+  localcloud queue nack    BINDING RECEIPT...  [--json]
+  localcloud queue purge   BINDING             [--yes] [--json]
+  localcloud queue peek    BINDING             [--limit N] [--json]
+  localcloud queue stats   BINDING             [--json]
+
+Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
+./stack.yaml); flags may come before or after the arguments, and "--" ends
+the flags.
+
+  send     enqueues TEXT, or stdin when TEXT is "-" (at most 65536 bytes), as
+           a text message; with --json-payload as a JSON message (checked).
+  receive  claims up to --max due messages (default 1) and prints each as a
+           line "id=ID attempt=N type=T enqueued=TIME receipt=RECEIPT"
+           followed by its payload. The messages stay hidden for
+           --visibility (default: the binding's visibilityTimeout); ack
+           them with their receipt or they are delivered again. --wait D
+           waits up to D for a message when none is due (Ctrl-C stops the
+           wait without claiming anything).
+  ack      deletes the messages of the receipts; nack makes them due again.
+           A stale receipt (the message was delivered again since) fails.
+  purge    deletes every message, due or in flight, after asking (type yes
+           on stdin) unless --yes.
+  peek     lists up to --limit messages (default 20) in delivery order
+           WITHOUT claiming them: id, attempt, enqueued, visible at, state
+           (due, in-flight with its lease left, or delayed) and a payload
+           preview. Attempt counts and receipts are not changed.
+  stats    due, in-flight and total counts and the age of the oldest message.
+
+peek and stats open the store read-only. While localcloud up runs, send and
+nack wake waiting consumers at once through up's hint server.
+
+Examples:
+  localcloud queue send orders '{"order":42}' --json-payload
+  echo hello | localcloud queue send orders -
+  localcloud queue receive orders --max 10 --wait 30s --json
+  localcloud queue ack orders 17:0b6f4f7e-8d2c-4c39-9d0e-2b9f4c1a7e55
+  localcloud queue peek orders --limit 5
+  localcloud queue purge orders --yes
+
+Flags:
+  -f FILE          stack file
+  --json           print one JSON object instead of text (docs/CLI.md)
+  --json-payload   send: the payload is JSON
+  --max N          receive: at most N messages, 1-10 (default 1)
+  --visibility D   receive: lease length, 1ms-12h
+  --wait D         receive: long-poll up to D
+  --yes            purge: do not ask
+  --limit N        peek: at most N messages, 1-1000 (default 20)
+`)
+}

@@ -1,0 +1,322 @@
+package main
+
+// Helpers shared by the commands that work on a binding's store: kv,
+// queue, check, backup, restore.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/config"
+)
+
+// timeLayout is how times are printed: UTC with milliseconds, the
+// precision of the store formats.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// parseArgs parses args with flags allowed before, between and after the
+// positional arguments (flag.Parse alone stops at the first positional
+// one), and returns the positional arguments. Everything after "--" is
+// positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// wantArgs checks the number of positional arguments: at least min, at most
+// max (-1: no limit).
+func wantArgs(fs *flag.FlagSet, pos []string, min, max int, synopsis string) error {
+	if len(pos) >= min && (max < 0 || len(pos) <= max) {
+		return nil
+	}
+	msg := fmt.Sprintf("%s needs %s", fs.Name(), synopsis)
+	if max >= 0 && len(pos) > max {
+		msg = fmt.Sprintf("%s takes %s, got an extra argument %q", fs.Name(), synopsis, pos[max])
+	}
+	return &usageError{msg: msg, try: fmt.Sprintf("localcloud %s -h", fs.Name())}
+}
+
+// jsonFlag adds the --json flag of the commands that print data.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print one JSON object (schema in docs/CLI.md) instead of text")
+}
+
+// printJSON writes v as indented JSON without HTML escaping.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// findBinding loads the stack and returns the binding called name, which
+// must be of type want ("" for any).
+func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, config.Binding, error) {
+	st, err := a.loadStack(file)
+	if err != nil {
+		return nil, config.Binding{}, err
+	}
+	b, ok := st.Binding(name)
+	if !ok {
+		var names []string
+		for _, b := range st.Bindings {
+			if want == "" || b.Type == want {
+				names = append(names, b.Name)
+			}
+		}
+		have := "it has none"
+		if len(names) > 0 {
+			have = "it has " + strings.Join(names, ", ")
+		}
+		what := "binding"
+		if want != "" {
+			what = string(want) + " binding"
+		}
+		return nil, config.Binding{}, &hintError{
+			err: fmt.Errorf("stack file %s has no %s called %q; %s", st.File, what, name, have),
+			try: "localcloud validate -f " + st.File + " lists the bindings",
+		}
+	}
+	if want != "" && b.Type != want {
+		return nil, config.Binding{}, &hintError{
+			err: fmt.Errorf("binding %s is a %s, not a %s", b.Name, b.Type, want),
+			try: fmt.Sprintf("localcloud %s -h", b.Type),
+		}
+	}
+	return st, *b, nil
+}
+
+// bindingFile returns the database file of a binding.
+func bindingFile(b config.Binding) string {
+	if b.Type == config.TypeQueue {
+		return filepath.Join(b.Path, queue.FileName)
+	}
+	return filepath.Join(b.Path, kv.FileName)
+}
+
+// needStore fails with a hint when the binding's store was never created.
+func needStore(st *config.Stack, b config.Binding) error {
+	_, err := os.Stat(bindingFile(b))
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return &hintError{
+			err: fmt.Errorf("%s binding %s has no store yet (%s does not exist)", b.Type, b.Name, bindingFile(b)),
+			try: "localcloud up -f " + st.File + " creates every store",
+		}
+	}
+	return err
+}
+
+// openKV opens a KV binding's store, creating it only when create is set
+// (as an app's first write would).
+func openKV(ctx context.Context, st *config.Stack, b config.Binding, create bool) (*kv.Store, error) {
+	if !create {
+		if err := needStore(st, b); err != nil {
+			return nil, err
+		}
+	}
+	d, err := bindings.ParseDurability(b.Durability)
+	if err != nil {
+		return nil, err
+	}
+	s, err := kv.Open(ctx, b.Path, kv.WithDurability(d))
+	if err != nil {
+		return nil, fmt.Errorf("open kv binding %s: %w", b.Name, err)
+	}
+	return s, nil
+}
+
+// queueAccess says how a queue command opens its store.
+type queueAccess int
+
+const (
+	queueRead   queueAccess = iota // read-only; the store must exist
+	queueWrite                     // the store must exist
+	queueCreate                    // created if missing (send)
+)
+
+// openQueue opens a queue binding's store with the binding's settings. For
+// writers it also joins the hints of a running up, so a send or nack from
+// the command line wakes waiting consumers at once and a waiting receive
+// wakes on other processes' sends.
+func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access queueAccess) (*queue.Queue, error) {
+	if access != queueCreate {
+		if err := needStore(st, b); err != nil {
+			return nil, err
+		}
+	}
+	var opts []queue.Option
+	if access == queueRead {
+		opts = append(opts, queue.ReadOnly())
+	} else {
+		d, err := bindings.ParseDurability(b.Durability)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, queue.WithDurability(d))
+		if rt, running, err := supervisor.Probe(st.DataDir); err == nil && running && rt != nil && rt.NATSURL != "" {
+			opts = append(opts, queue.WithHints(rt.NATSURL, st.Notify.Token, config.Subject(st.Name, b.Name)))
+		}
+	}
+	if b.VisibilityTimeout > 0 {
+		opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
+	}
+	q, err := queue.Open(ctx, b.Path, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("open queue binding %s: %w", b.Name, err)
+	}
+	return q, nil
+}
+
+// storeErr turns a store error into the command's error: invalid input
+// from the command line is a usage mistake (exit 2).
+func storeErr(cmd string, err error) error {
+	if bindings.CodeOf(err) == bindings.CodeInvalidInput {
+		return &usageError{msg: err.Error(), try: "localcloud " + cmd + " -h"}
+	}
+	return err
+}
+
+// interruptible returns a context that ends on SIGINT or SIGTERM, for
+// commands that wait (receive --wait, bench) so they can stop cleanly.
+func (a *app) interruptible(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sigs := make(chan os.Signal, 2)
+	a.notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		a.stopNotify(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+// isTerminal reports whether w (or r) is a character device, such as a
+// terminal.
+func isTerminal(f any) bool {
+	fh, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := fh.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// readInput reads a value given as an argument, or stdin for "-", at most
+// limit bytes (one more is read to report an oversized input).
+func (a *app) readInput(arg string, limit int) ([]byte, error) {
+	if arg != "-" {
+		return []byte(arg), nil
+	}
+	if a.stdin == nil {
+		return []byte{}, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(a.stdin, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	return b, nil
+}
+
+// previewBytes is how much of a value or payload a table shows.
+const previewBytes = 48
+
+// preview shows the start of b quoted, with escapes for anything not
+// printable, and "..." when it was cut.
+func preview(b []byte) string {
+	if len(b) <= previewBytes {
+		return strconv.Quote(string(b))
+	}
+	cut := previewBytes
+	for cut > previewBytes-utf8.UTFMax && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return strconv.Quote(string(b[:cut])) + "..."
+}
+
+// valueJSON is a value in JSON output: base64 always, text too when the
+// bytes are valid UTF-8.
+type valueJSON struct {
+	Bytes       int     `json:"bytes"`
+	ValueBase64 string  `json:"valueBase64"`
+	ValueText   *string `json:"valueText,omitempty"`
+}
+
+func encodeValue(b []byte) valueJSON {
+	v := valueJSON{Bytes: len(b), ValueBase64: base64.StdEncoding.EncodeToString(b)}
+	if utf8.Valid(b) {
+		s := string(b)
+		v.ValueText = &s
+	}
+	return v
+}
+
+// subcommands runs the subcommand named by args[0].
+func subcommands(ctx context.Context, group string, subs map[string]func(context.Context, []string) error, args []string) error {
+	var names []string
+	for n := range subs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(args) == 0 {
+		return &usageError{
+			msg: fmt.Sprintf("%s needs a subcommand: %s", group, strings.Join(names, ", ")),
+			try: fmt.Sprintf("localcloud %s -h", group),
+		}
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		return flag.ErrHelp
+	}
+	run, ok := subs[args[0]]
+	if !ok {
+		return &usageError{
+			msg: fmt.Sprintf("unknown %s subcommand %q; %s has %s", group, args[0], group, strings.Join(names, ", ")),
+			try: fmt.Sprintf("localcloud %s -h", group),
+		}
+	}
+	return run(ctx, args[1:])
+}
