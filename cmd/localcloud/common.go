@@ -77,6 +77,9 @@ Commands:
   status    show whether up runs and the state of each binding
   kv        get, put, delete, exists, scan the keys of a KV binding
   queue     send, receive, ack, nack, purge, peek, stats a queue binding
+  check     verify every store read-only: marker, schema, integrity, modes
+  backup    write a verified online snapshot of a binding's store
+  restore   replace a binding's store with a backup (up must be stopped)
 
 Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
 else ./stack.yaml.
@@ -99,6 +102,9 @@ func (a *app) commands() map[string]command {
 		"status":   &statusCommand{app: a},
 		"kv":       &kvCommand{app: a},
 		"queue":    &queueCommand{app: a},
+		"check":    &checkCommand{app: a},
+		"backup":   &backupCommand{app: a},
+		"restore":  &restoreCommand{app: a},
 	}
 }
 

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/sqlstore"
+)
+
+// checkCommand verifies stores read-only.
+type checkCommand struct {
+	app *app
+}
+
+// Problem kinds of check besides sqlstore's (docs/CLI.md).
+const (
+	problemMode  = "mode"
+	problemStore = "store"
+)
+
+// checkJSON is check's --json output.
+type checkJSON struct {
+	OK       bool             `json:"ok"`
+	Problems int              `json:"problems"`
+	Stores   []checkStoreJSON `json:"stores"`
+}
+
+type checkStoreJSON struct {
+	Binding  string             `json:"binding"`
+	Type     string             `json:"type"`
+	Format   string             `json:"format"`
+	Path     string             `json:"path"`
+	File     string             `json:"file"`
+	Exists   bool               `json:"exists"`
+	OK       bool               `json:"ok"`
+	Objects  int                `json:"objects"`
+	Problems []sqlstore.Problem `json:"problems"`
+	Notes    []string           `json:"notes"`
+}
+
+func formatOf(t config.Type) sqlstore.Format {
+	if t == config.TypeQueue {
+		return queue.Format()
+	}
+	return kv.Format()
+}
+
+func (c *checkCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("check")
+	file := stackFlag(fs)
+	asJSON := jsonFlag(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	st, err := c.app.loadStack(*file)
+	if err != nil {
+		return err
+	}
+	var bs []config.Binding
+	if len(pos) == 0 {
+		bs = st.Bindings
+	}
+	for _, name := range pos {
+		_, b, err := c.app.findBinding(*file, name, "")
+		if err != nil {
+			return err
+		}
+		bs = append(bs, b)
+	}
+	out := checkJSON{Stores: []checkStoreJSON{}}
+	for _, b := range bs {
+		r, err := checkStore(ctx, b)
+		if err != nil {
+			return err
+		}
+		out.Problems += len(r.Problems)
+		out.Stores = append(out.Stores, r)
+	}
+	out.OK = out.Problems == 0
+	if *asJSON {
+		if err := c.app.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		c.print(out)
+	}
+	if out.OK {
+		return nil
+	}
+	bad := 0
+	for _, s := range out.Stores {
+		if !s.OK {
+			bad++
+		}
+	}
+	return &hintError{
+		err: fmt.Errorf("check found %d problem%s in %d of %d stores", out.Problems, plural(out.Problems), bad, len(out.Stores)),
+		try: "restore a verified backup (localcloud restore BINDING FILE), or fix the modes with chmod 700 DIR / chmod 600 FILE",
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func (c *checkCommand) print(out checkJSON) {
+	w := c.app.stdout
+	for _, s := range out.Stores {
+		switch {
+		case !s.Exists && s.OK:
+			fmt.Fprintf(w, "%s: not provisioned yet (%s does not exist); localcloud up creates it\n", s.Binding, s.File)
+		case s.OK:
+			fmt.Fprintf(w, "%s: ok (%s, %d schema objects, integrity ok, modes ok) %s\n", s.Binding, s.Format, s.Objects, s.File)
+		}
+		for _, p := range s.Problems {
+			fmt.Fprintf(w, "%s: %s: %s\n", s.Binding, p.Kind, p.Message)
+		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "%s: note: %s\n", s.Binding, n)
+		}
+	}
+}
+
+// checkStore verifies one binding's store: directory and file modes (stat
+// only), then the database through a read-only SQLite connection.
+func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
+	f := formatOf(b.Type)
+	r := checkStoreJSON{Binding: b.Name, Type: string(b.Type), Format: f.Marker, Path: b.Path,
+		File: filepath.Join(b.Path, f.File), Problems: []sqlstore.Problem{}, Notes: []string{}}
+	add := func(kind, object, msg string) {
+		r.Problems = append(r.Problems, sqlstore.Problem{Kind: kind, Object: object, Message: msg})
+	}
+	di, err := os.Stat(b.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		r.OK = true
+		return r, nil
+	case err != nil:
+		add(problemStore, "", fmt.Sprintf("cannot stat store directory %s: %v", b.Path, err))
+		return r, nil
+	case !di.IsDir():
+		add(problemStore, "", fmt.Sprintf("%s is not a directory", b.Path))
+		return r, nil
+	}
+	checkMode(&r, b.Path, di, supervisor.DirMode, "store directory")
+	fi, err := os.Stat(r.File)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		add(problemStore, "", fmt.Sprintf("the store directory exists but %s does not; localcloud up creates it", f.File))
+		r.OK = false
+		return r, nil
+	case err != nil:
+		add(problemStore, "", fmt.Sprintf("cannot stat %s: %v", r.File, err))
+		return r, nil
+	case !fi.Mode().IsRegular():
+		add(problemStore, "", fmt.Sprintf("%s is not a regular file (%s)", r.File, fi.Mode()))
+		return r, nil
+	}
+	r.Exists = true
+	checkMode(&r, r.File, fi, supervisor.FileMode, "database file")
+	v, err := sqlstore.Verify(ctx, r.File, f)
+	if err != nil {
+		return r, fmt.Errorf("check %s: %w", b.Name, err)
+	}
+	// Stat the sidecars after the read: a read-only open of a WAL store
+	// creates them when they are missing (with the database file's mode).
+	for _, side := range []string{"-wal", "-shm"} {
+		if si, err := os.Stat(r.File + side); err == nil {
+			checkMode(&r, r.File+side, si, supervisor.FileMode, f.File+side)
+		}
+	}
+	r.Problems = append(r.Problems, v.Problems...)
+	r.Notes = append(r.Notes, v.Notes...)
+	r.Objects = v.Objects
+	r.OK = len(r.Problems) == 0
+	return r, nil
+}
+
+// checkMode reports a mode other than want: looser (group or others get
+// access) or without the owner's access up needs.
+func checkMode(r *checkStoreJSON, path string, fi os.FileInfo, want os.FileMode, what string) {
+	got := fi.Mode().Perm()
+	if got == want {
+		return
+	}
+	why := "the owner lacks access localcloud needs"
+	if got&^want != 0 {
+		why = "looser than " + fmt.Sprintf("%04o", want) + ": group or others have access"
+	}
+	r.Problems = append(r.Problems, sqlstore.Problem{Kind: problemMode, Object: path,
+		Message: fmt.Sprintf("%s %s has mode %04o, want %04o (%s)", what, path, got, want, why)})
+}
+
+func (c *checkCommand) Usage() {
+	fs := newFlagSet("check")
+	stackFlag(fs)
+	jsonFlag(fs)
+	fmt.Fprint(c.app.stdout, `Verify the stores of a stack, read-only.
+
+Usage:
+  localcloud check [-f FILE] [--json] [BINDING...]
+
+For every binding (or the ones named) check verifies:
+  - the store directory has mode 0700 and the database file and its -wal
+    and -shm files mode 0600 (a looser mode is a problem);
+  - the meta table holds the format marker of the binding's type
+    (localkv.v1 or localqueue.v1);
+  - the schema matches the format's DDL: every table and index of the spec
+    (compared as normalized SQL: comments, whitespace and case ignored),
+    plus localcloud's own index lc_messages_order on queues; a missing,
+    changed or unknown object is a problem (a missing lc_ index is only a
+    note: a spec-exact store has none);
+  - PRAGMA integrity_check.
+
+It prints one line per problem ("BINDING: KIND: message"), or "BINDING: ok",
+and exits 1 if it found any problem. A binding whose store does not exist yet
+is not a problem. check opens the database read-only through SQLite and never
+writes to it; on a WAL store whose -wal and -shm files are missing SQLite
+creates them, empty, to read. It works while localcloud up runs.
+
+Examples:
+  localcloud check
+  localcloud check -f stack.yaml orders --json
+
+Flags:
+`)
+	printDefaults(c.app.stdout, fs)
+}
