@@ -80,6 +80,7 @@ Commands:
   check     verify every store read-only: marker, schema, integrity, modes
   backup    write a verified online snapshot of a binding's store
   restore   replace a binding's store with a backup (up must be stopped)
+  bench     measure KV and queue throughput and latency on a temporary store
 
 Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
 else ./stack.yaml.
@@ -105,6 +106,9 @@ func (a *app) commands() map[string]command {
 		"check":    &checkCommand{app: a},
 		"backup":   &backupCommand{app: a},
 		"restore":  &restoreCommand{app: a},
+		"bench":    &benchCommand{app: a},
+		// Hidden: a load process of bench --processes.
+		benchWorkerName: &benchWorkerCommand{app: a},
 	}
 }
 
@@ -143,7 +147,9 @@ func (a *app) main(ctx context.Context, args []string) int {
 func (a *app) commandNames() []string {
 	var names []string
 	for n := range a.commands() {
-		names = append(names, n)
+		if n != benchWorkerName {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names

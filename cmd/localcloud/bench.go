@@ -1,0 +1,810 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/bits"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+)
+
+// Defaults of bench.
+const (
+	DefaultBenchDuration  = 5 * time.Second
+	DefaultBenchWorkers   = 4
+	DefaultBenchProcesses = 1
+	DefaultBenchBatch     = 1
+	// benchValueBytes is the size of a KV value; benchKeysPerWorker the keys
+	// each worker cycles through.
+	benchValueBytes    = 128
+	benchKeysPerWorker = 10000
+	// benchStartDelay lets every worker process exec and open the store
+	// before the common start time.
+	benchStartDelay = 500 * time.Millisecond
+	// benchTick is how often progress is shown and reported.
+	benchTick = 250 * time.Millisecond
+)
+
+// benchWorkerName is the hidden command a bench --processes run execs.
+const benchWorkerName = "bench-worker"
+
+// benchCommand runs a load against a temporary store.
+type benchCommand struct {
+	app *app
+}
+
+// benchWorkerCommand is one load process of bench --processes.
+type benchWorkerCommand struct {
+	app *app
+}
+
+// benchConfig is one bench run.
+type benchConfig struct {
+	Kind       string
+	Duration   time.Duration
+	Workers    int
+	Processes  int
+	Batch      int
+	Durability bindings.Durability
+}
+
+// benchJSON is bench's --json output.
+type benchJSON struct {
+	Benches []benchResultJSON `json:"benches"`
+}
+
+type benchResultJSON struct {
+	Kind           string   `json:"kind"`
+	DurationMillis int64    `json:"durationMillis"`
+	ElapsedMillis  int64    `json:"elapsedMillis"`
+	Workers        int      `json:"workers"`
+	Processes      int      `json:"processes"`
+	Batch          int      `json:"batch"`
+	Durability     string   `json:"durability"`
+	CPUs           int      `json:"cpus"`
+	ValueBytes     int      `json:"valueBytes"`
+	MessagesPerSec float64  `json:"messagesPerSec,omitempty"`
+	Ops            []opJSON `json:"ops"`
+	FirstError     string   `json:"firstError,omitempty"`
+}
+
+type opJSON struct {
+	Op        string  `json:"op"`
+	Count     uint64  `json:"count"`
+	OpsPerSec float64 `json:"opsPerSec"`
+	P50Micros float64 `json:"p50Micros"`
+	P99Micros float64 `json:"p99Micros"`
+	MaxMicros float64 `json:"maxMicros"`
+	Errors    uint64  `json:"errors"`
+}
+
+// The operations each kind measures, in table order.
+var benchOps = map[string][]string{
+	"kv":    {"put", "get"},
+	"queue": {"send", "receive", "ack", "e2e"},
+}
+
+// benchFlags are bench's flags, parsed into a config.
+type benchFlags struct {
+	fs         *flag.FlagSet
+	cfg        benchConfig
+	durability string
+	asJSON     bool
+}
+
+func (c *benchCommand) flags() *benchFlags {
+	f := &benchFlags{fs: newFlagSet("bench")}
+	fs := f.fs
+	stackFlag(fs) // accepted like everywhere; bench needs no stack
+	fs.DurationVar(&f.cfg.Duration, "duration", DefaultBenchDuration, "run each load for `D`")
+	fs.IntVar(&f.cfg.Workers, "workers", DefaultBenchWorkers, "`N` concurrent workers in each process")
+	fs.IntVar(&f.cfg.Processes, "processes", DefaultBenchProcesses, "`P` processes (more than 1 re-runs this binary as load processes)")
+	fs.IntVar(&f.cfg.Batch, "batch", DefaultBenchBatch, fmt.Sprintf("queue: messages sent, then claimed per receive, 1-%d", queue.MaxReceiveBatch))
+	fs.StringVar(&f.durability, "durability", string(bindings.DurabilityNormal), "store durability: normal or full")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object (schema in docs/CLI.md) instead of text")
+	return f
+}
+
+func (c *benchCommand) Run(ctx context.Context, args []string) error {
+	f := c.flags()
+	fs, cfg, asJSON := f.fs, &f.cfg, &f.asJSON
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 1, "[kv|queue]"); err != nil {
+		return err
+	}
+	d, err := bindings.ParseDurability(f.durability)
+	if err != nil {
+		return &usageError{msg: "--durability: " + err.Error(), try: "localcloud bench --durability full"}
+	}
+	cfg.Durability = d
+	kinds := []string{"kv", "queue"}
+	if len(pos) == 1 {
+		if _, ok := benchOps[pos[0]]; !ok {
+			return &usageError{msg: fmt.Sprintf("bench runs kv or queue, got %q", pos[0]), try: "localcloud bench queue"}
+		}
+		kinds = pos[:1]
+	}
+	switch {
+	case cfg.Duration <= 0:
+		return &usageError{msg: "--duration must be positive", try: "localcloud bench --duration 5s"}
+	case cfg.Workers < 1 || cfg.Workers > 1024:
+		return &usageError{msg: fmt.Sprintf("--workers must be 1-1024, got %d", cfg.Workers), try: "localcloud bench --workers 4"}
+	case cfg.Processes < 1 || cfg.Processes > 64:
+		return &usageError{msg: fmt.Sprintf("--processes must be 1-64, got %d", cfg.Processes), try: "localcloud bench --processes 2"}
+	case cfg.Batch < 1 || cfg.Batch > queue.MaxReceiveBatch:
+		return &usageError{msg: fmt.Sprintf("--batch must be 1-%d, got %d", queue.MaxReceiveBatch, cfg.Batch), try: "localcloud bench queue --batch 10"}
+	}
+	batchSet := false
+	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "batch" })
+	if batchSet && len(kinds) == 1 && kinds[0] == "kv" {
+		return &usageError{msg: "--batch applies to the queue bench only", try: "localcloud bench queue --batch 10"}
+	}
+	ctx, stop := c.app.interruptible(ctx)
+	defer stop()
+	var out benchJSON
+	for _, kind := range kinds {
+		k := *cfg
+		k.Kind = kind
+		if kind == "kv" {
+			k.Batch = 1
+		}
+		res, err := c.runBench(ctx, k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return &exitCodeError{code: 130}
+			}
+			return err
+		}
+		out.Benches = append(out.Benches, res)
+		if !*asJSON {
+			printBench(c.app.stdout, res)
+		}
+	}
+	if *asJSON {
+		return c.app.printJSON(out)
+	}
+	return nil
+}
+
+// runBench runs one kind against a new temporary store and removes it.
+func (c *benchCommand) runBench(ctx context.Context, cfg benchConfig) (benchResultJSON, error) {
+	dir, err := os.MkdirTemp("", "localcloud-bench-")
+	if err != nil {
+		return benchResultJSON{}, err
+	}
+	defer os.RemoveAll(dir)
+	// Create the store once, so worker processes do not race to create it.
+	if err := provision(ctx, cfg, dir); err != nil {
+		return benchResultJSON{}, err
+	}
+	live := isTerminal(c.app.stderr)
+	var progress *benchProgress
+	if live {
+		progress = &benchProgress{w: c.app.stderr, kind: cfg.Kind, total: cfg.Duration, ops: benchOps[cfg.Kind]}
+		defer progress.clear()
+	}
+	var res loadResult
+	if cfg.Processes == 1 {
+		start := time.Now()
+		res, err = runLoad(ctx, cfg, dir, 0, start, start.Add(cfg.Duration), progress.update)
+	} else {
+		res, err = c.runProcesses(ctx, cfg, dir, progress)
+	}
+	if err != nil {
+		return benchResultJSON{}, err
+	}
+	return res.summary(cfg), nil
+}
+
+func provision(ctx context.Context, cfg benchConfig, dir string) error {
+	if cfg.Kind == "kv" {
+		s, err := kv.Open(ctx, dir, kv.WithDurability(cfg.Durability))
+		if err != nil {
+			return err
+		}
+		return s.Close()
+	}
+	q, err := queue.Open(ctx, dir, queue.WithDurability(cfg.Durability))
+	if err != nil {
+		return err
+	}
+	return q.Close()
+}
+
+// runProcesses execs cfg.Processes worker processes of this binary on dir
+// and merges what they report.
+func (c *benchCommand) runProcesses(ctx context.Context, cfg benchConfig, dir string, progress *benchProgress) (loadResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return loadResult{}, fmt.Errorf("find this binary to start load processes: %w", err)
+	}
+	start := time.Now().Add(benchStartDelay)
+	end := start.Add(cfg.Duration)
+	type child struct {
+		cmd    *exec.Cmd
+		result loadResult
+		err    error
+		counts []atomic.Uint64
+	}
+	children := make([]*child, cfg.Processes)
+	var wg sync.WaitGroup
+	for i := range children {
+		cmd := exec.Command(exe, benchWorkerName,
+			"--kind", cfg.Kind, "--dir", dir, "--index", strconv.Itoa(i),
+			"--workers", strconv.Itoa(cfg.Workers), "--batch", strconv.Itoa(cfg.Batch),
+			"--durability", string(cfg.Durability),
+			"--start", strconv.FormatInt(start.UnixNano(), 10), "--end", strconv.FormatInt(end.UnixNano(), 10))
+		cmd.Stderr = c.app.stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return loadResult{}, err
+		}
+		if err := cmd.Start(); err != nil {
+			for _, ch := range children[:i] {
+				_ = ch.cmd.Process.Kill()
+				_ = ch.cmd.Wait()
+			}
+			return loadResult{}, fmt.Errorf("start load process: %w", err)
+		}
+		ch := &child{cmd: cmd, counts: make([]atomic.Uint64, len(benchOps[cfg.Kind]))}
+		children[i] = ch
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch.result, ch.err = readWorker(stdout, ch.counts)
+			if werr := cmd.Wait(); ch.err == nil && werr != nil {
+				ch.err = fmt.Errorf("load process %d: %w", cmd.Process.Pid, werr)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(benchTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			var merged loadResult
+			for _, ch := range children {
+				if ch.err != nil {
+					return loadResult{}, ch.err
+				}
+				merged.merge(ch.result)
+			}
+			return merged, nil
+		case <-ctx.Done():
+			for _, ch := range children {
+				_ = ch.cmd.Process.Kill() // by pid; Wait runs in its goroutine
+			}
+			<-done
+			return loadResult{}, ctx.Err()
+		case <-tick.C:
+			if progress != nil {
+				counts := make([]uint64, len(benchOps[cfg.Kind]))
+				for _, ch := range children {
+					for i := range counts {
+						counts[i] += ch.counts[i].Load()
+					}
+				}
+				progress.show(time.Since(start), counts)
+			}
+		}
+	}
+}
+
+// workerLine is one line a load process prints on stdout: progress counts
+// while it runs, then its result.
+type workerLine struct {
+	Progress []uint64    `json:"progress,omitempty"`
+	Result   *loadResult `json:"result,omitempty"`
+}
+
+func readWorker(r io.Reader, counts []atomic.Uint64) (loadResult, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var l workerLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return loadResult{}, fmt.Errorf("load process printed %q: %w", sc.Text(), err)
+		}
+		for i, n := range l.Progress {
+			if i < len(counts) {
+				counts[i].Store(n)
+			}
+		}
+		if l.Result != nil {
+			_, _ = io.Copy(io.Discard, r)
+			return *l.Result, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return loadResult{}, err
+	}
+	return loadResult{}, errors.New("load process ended without a result")
+}
+
+func (c *benchWorkerCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet(benchWorkerName)
+	var cfg benchConfig
+	fs.StringVar(&cfg.Kind, "kind", "", "")
+	dir := fs.String("dir", "", "")
+	index := fs.Int("index", 0, "")
+	fs.IntVar(&cfg.Workers, "workers", 1, "")
+	fs.IntVar(&cfg.Batch, "batch", 1, "")
+	durability := fs.String("durability", "", "")
+	startNs := fs.Int64("start", 0, "")
+	endNs := fs.Int64("end", 0, "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	d, err := bindings.ParseDurability(*durability)
+	if err != nil {
+		return err
+	}
+	cfg.Durability = d
+	if _, ok := benchOps[cfg.Kind]; !ok || *dir == "" || *endNs <= *startNs {
+		return &usageError{msg: "bench-worker is started by localcloud bench --processes", try: "localcloud bench -h"}
+	}
+	ctx, stop := c.app.interruptible(ctx)
+	defer stop()
+	enc := json.NewEncoder(c.app.stdout)
+	var mu sync.Mutex
+	report := func(counts []uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(workerLine{Progress: counts})
+	}
+	res, err := runLoad(ctx, cfg, *dir, *index, time.Unix(0, *startNs), time.Unix(0, *endNs), report)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return enc.Encode(workerLine{Result: &res})
+}
+
+func (c *benchWorkerCommand) Usage() {
+	fmt.Fprintln(c.app.stdout, "Usage: localcloud bench-worker (started by localcloud bench --processes; not for direct use)")
+}
+
+// loadResult is what one or more load processes measured.
+type loadResult struct {
+	// Ops holds one histogram per operation of the kind, in benchOps order.
+	Ops []*histogram `json:"ops"`
+	// ElapsedNanos is the longest time a process spent from start to its
+	// last finished operation.
+	ElapsedNanos int64  `json:"elapsedNanos"`
+	FirstError   string `json:"firstError,omitempty"`
+}
+
+func (r *loadResult) merge(o loadResult) {
+	if r.Ops == nil {
+		r.Ops = make([]*histogram, len(o.Ops))
+		for i := range r.Ops {
+			r.Ops[i] = &histogram{}
+		}
+	}
+	for i, h := range o.Ops {
+		r.Ops[i].merge(h)
+	}
+	r.ElapsedNanos = max(r.ElapsedNanos, o.ElapsedNanos)
+	if r.FirstError == "" {
+		r.FirstError = o.FirstError
+	}
+}
+
+func (r loadResult) summary(cfg benchConfig) benchResultJSON {
+	elapsed := time.Duration(r.ElapsedNanos)
+	out := benchResultJSON{
+		Kind: cfg.Kind, DurationMillis: cfg.Duration.Milliseconds(), ElapsedMillis: elapsed.Milliseconds(),
+		Workers: cfg.Workers, Processes: cfg.Processes, Batch: cfg.Batch, Durability: string(cfg.Durability),
+		CPUs: runtime.NumCPU(), ValueBytes: benchValueBytes, FirstError: r.FirstError, Ops: []opJSON{},
+	}
+	secs := elapsed.Seconds()
+	if secs <= 0 {
+		secs = 1
+	}
+	for i, name := range benchOps[cfg.Kind] {
+		h := r.Ops[i]
+		out.Ops = append(out.Ops, opJSON{
+			Op: name, Count: h.N, OpsPerSec: round1(float64(h.N) / secs),
+			P50Micros: micros(h.quantile(0.50)), P99Micros: micros(h.quantile(0.99)), MaxMicros: micros(h.Max),
+			Errors: h.Errors,
+		})
+	}
+	if cfg.Kind == "queue" {
+		out.MessagesPerSec = out.Ops[2].OpsPerSec // acked messages
+	}
+	return out
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+func micros(ns int64) float64 { return round1(float64(ns) / 1e3) }
+
+// runLoad runs cfg.Workers workers on the store in dir from start until
+// end and returns their merged histograms. tick, if not nil, gets the
+// operation counts so far every benchTick.
+func runLoad(ctx context.Context, cfg benchConfig, dir string, index int, start, end time.Time, tick func([]uint64)) (loadResult, error) {
+	ops := benchOps[cfg.Kind]
+	var kvs *kv.Store
+	var q *queue.Queue
+	var err error
+	if cfg.Kind == "kv" {
+		kvs, err = kv.Open(ctx, dir, kv.WithDurability(cfg.Durability))
+		if err == nil {
+			defer kvs.Close()
+		}
+	} else {
+		q, err = queue.Open(ctx, dir, queue.WithDurability(cfg.Durability))
+		if err == nil {
+			defer q.Close()
+		}
+	}
+	if err != nil {
+		return loadResult{}, err
+	}
+	type worker struct {
+		hs     []*histogram
+		counts []atomic.Uint64
+		err    error
+	}
+	workers := make([]*worker, cfg.Workers)
+	var wg sync.WaitGroup
+	var lastEnd atomic.Int64
+	for i := range workers {
+		w := &worker{hs: make([]*histogram, len(ops)), counts: make([]atomic.Uint64, len(ops))}
+		for j := range w.hs {
+			w.hs[j] = &histogram{}
+		}
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d := time.Until(start); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return
+				}
+			}
+			rec := func(op int, began time.Time, err error) {
+				h := w.hs[op]
+				if err != nil {
+					h.Errors++
+					if w.err == nil {
+						w.err = err
+					}
+					return
+				}
+				h.record(time.Since(began).Nanoseconds())
+				w.counts[op].Add(1)
+			}
+			if cfg.Kind == "kv" {
+				kvWorker(ctx, kvs, fmt.Sprintf("p%dw%d:", index, i), end, rec)
+			} else {
+				queueWorker(ctx, q, cfg.Batch, end, rec)
+			}
+			now := time.Now().UnixNano()
+			for {
+				old := lastEnd.Load()
+				if now <= old || lastEnd.CompareAndSwap(old, now) {
+					break
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTicker(benchTick)
+	defer t.Stop()
+	counts := func() []uint64 {
+		out := make([]uint64, len(ops))
+		for _, w := range workers {
+			for j := range out {
+				out[j] += w.counts[j].Load()
+			}
+		}
+		return out
+	}
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-t.C:
+			if tick != nil {
+				tick(counts())
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return loadResult{}, err
+	}
+	res := loadResult{Ops: make([]*histogram, len(ops)), ElapsedNanos: lastEnd.Load() - start.UnixNano()}
+	for j := range res.Ops {
+		res.Ops[j] = &histogram{}
+	}
+	for _, w := range workers {
+		for j, h := range w.hs {
+			res.Ops[j].merge(h)
+		}
+		if w.err != nil && res.FirstError == "" {
+			res.FirstError = w.err.Error()
+		}
+	}
+	return res, nil
+}
+
+// kvWorker alternates a put of one of its keys (a fresh random value) and a
+// get of a random key it has written, until end.
+func kvWorker(ctx context.Context, s *kv.Store, prefix string, end time.Time, rec func(int, time.Time, error)) {
+	value := make([]byte, benchValueBytes)
+	keys := make([]string, benchKeysPerWorker)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	written := 0
+	for n := 0; ctx.Err() == nil && time.Now().Before(end); n++ {
+		_, _ = rand.Read(value)
+		began := time.Now()
+		_, err := s.Put(ctx, keys[n%len(keys)], value)
+		rec(0, began, err)
+		if err == nil && written < len(keys) {
+			written++
+		}
+		if written == 0 {
+			continue
+		}
+		began = time.Now()
+		_, ok, err := s.Get(ctx, keys[mrand.IntN(written)])
+		if err == nil && !ok {
+			err = errors.New("get: a written key is missing")
+		}
+		rec(1, began, err)
+	}
+}
+
+// queueWorker runs a closed loop until end: send batch messages, claim up
+// to batch with one receive, ack each. The backlog stays around
+// workers*batch, so latencies are not those of an ever-growing queue. Each
+// payload carries its send time, for the send-to-receive latency.
+func queueWorker(ctx context.Context, q *queue.Queue, batch int, end time.Time, rec func(int, time.Time, error)) {
+	for ctx.Err() == nil && time.Now().Before(end) {
+		for range batch {
+			began := time.Now()
+			err := q.Send(ctx, queue.Text(strconv.FormatInt(began.UnixNano(), 10)+strings.Repeat(".", 44)))
+			rec(0, began, err)
+		}
+		began := time.Now()
+		msgs, err := q.Receive(ctx, batch, queue.WithVisibility(time.Minute))
+		rec(1, began, err)
+		for _, m := range msgs {
+			sent, perr := strconv.ParseInt(strings.TrimRight(m.Payload.Data, "."), 10, 64)
+			if perr == nil {
+				rec(3, time.Unix(0, sent), nil)
+			}
+			began := time.Now()
+			rec(2, began, q.Ack(ctx, m.ReceiptHandle))
+		}
+	}
+}
+
+// histogram records latencies in nanoseconds with about 1.6% precision:
+// values below 64 exactly, above in 64 steps per power of two.
+type histogram struct {
+	Counts map[int]uint64 `json:"counts"`
+	N      uint64         `json:"n"`
+	Max    int64          `json:"max"`
+	Errors uint64         `json:"errors"`
+}
+
+func bucketOf(v int64) int {
+	if v < 64 {
+		return int(max(v, 0))
+	}
+	e := bits.Len64(uint64(v)) - 7
+	return (e+1)*64 + int(v>>e) - 64
+}
+
+// bucketValue is the middle of bucket i.
+func bucketValue(i int) int64 {
+	if i < 64 {
+		return int64(i)
+	}
+	e := i/64 - 1
+	m := int64(i%64 + 64)
+	return m<<e + (int64(1)<<e)/2
+}
+
+func (h *histogram) record(v int64) {
+	if h.Counts == nil {
+		h.Counts = map[int]uint64{}
+	}
+	h.Counts[bucketOf(v)]++
+	h.N++
+	h.Max = max(h.Max, v)
+}
+
+func (h *histogram) merge(o *histogram) {
+	if o == nil {
+		return
+	}
+	if h.Counts == nil {
+		h.Counts = map[int]uint64{}
+	}
+	for b, n := range o.Counts {
+		h.Counts[b] += n
+	}
+	h.N += o.N
+	h.Errors += o.Errors
+	h.Max = max(h.Max, o.Max)
+}
+
+// quantile returns the value below which a fraction q of the records lie.
+func (h *histogram) quantile(q float64) int64 {
+	if h.N == 0 {
+		return 0
+	}
+	idx := make([]int, 0, len(h.Counts))
+	for b := range h.Counts {
+		idx = append(idx, b)
+	}
+	slices.Sort(idx)
+	rank := uint64(q*float64(h.N-1)) + 1
+	var seen uint64
+	for _, b := range idx {
+		seen += h.Counts[b]
+		if seen >= rank {
+			return min(bucketValue(b), h.Max)
+		}
+	}
+	return h.Max
+}
+
+// benchProgress shows a live line on a terminal.
+type benchProgress struct {
+	w     io.Writer
+	kind  string
+	total time.Duration
+	ops   []string
+	mu    sync.Mutex
+	began time.Time
+	shown bool
+}
+
+// update shows counts of an in-process run (elapsed from the first call).
+func (p *benchProgress) update(counts []uint64) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.began.IsZero() {
+		p.began = time.Now().Add(-benchTick)
+	}
+	el := time.Since(p.began)
+	p.mu.Unlock()
+	p.show(el, counts)
+}
+
+func (p *benchProgress) show(elapsed time.Duration, counts []uint64) {
+	if p == nil || elapsed <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\r\x1b[Kbench %s %4.1fs/%s", p.kind, min(elapsed, p.total).Seconds(), p.total)
+	for i, n := range counts {
+		fmt.Fprintf(&b, "  %s %d (%.0f/s)", p.ops[i], n, float64(n)/elapsed.Seconds())
+	}
+	_, _ = io.WriteString(p.w, b.String())
+	p.shown = true
+}
+
+func (p *benchProgress) clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		_, _ = io.WriteString(p.w, "\r\x1b[K")
+	}
+}
+
+// opNotes explain what one operation of each kind is.
+var opNotes = map[string]string{
+	"put":     "upsert of a 128-byte value",
+	"get":     "point read of a written key",
+	"send":    "one message",
+	"receive": "one claim of up to --batch messages",
+	"ack":     "one message",
+	"e2e":     "send to receive, per message",
+}
+
+func printBench(w io.Writer, r benchResultJSON) {
+	s := "es"
+	if r.Processes == 1 {
+		s = ""
+	}
+	fmt.Fprintf(w, "bench %s: %s, %d workers x %d process%s, batch %d, durability %s, %d CPUs\n",
+		r.Kind, time.Duration(r.DurationMillis)*time.Millisecond, r.Workers, r.Processes, s, r.Batch, r.Durability, r.CPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "OP\tCOUNT\tOPS/S\tP50\tP99\tMAX\tERRORS\t\t")
+	for _, o := range r.Ops {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%d\t\t%s\n", o.Op, o.Count, o.OpsPerSec,
+			fmtMicros(o.P50Micros), fmtMicros(o.P99Micros), fmtMicros(o.MaxMicros), o.Errors, opNotes[o.Op])
+	}
+	tw.Flush()
+	if r.Kind == "queue" {
+		fmt.Fprintf(w, "messages through the queue: %.0f/s\n", r.MessagesPerSec)
+	}
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
+	}
+	fmt.Fprintln(w)
+}
+
+func fmtMicros(us float64) string {
+	d := time.Duration(us * 1e3)
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", us)
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", us/1e3)
+	}
+	return fmt.Sprintf("%.2fs", us/1e6)
+}
+
+func (c *benchCommand) Usage() {
+	fs := c.flags().fs
+	fmt.Fprint(c.app.stdout, `Measure KV and queue throughput and latency on a temporary store.
+
+Usage:
+  localcloud bench [kv|queue] [--duration D] [--workers N] [--processes P] [--batch N] [--json]
+
+bench creates a store in a new temporary folder ($TMPDIR), runs a load for
+--duration and removes the folder; it never touches a stack's stores (it
+needs no stack file). Without kv or queue it runs both, one after the other.
+
+  kv     each worker alternates a put (a fresh 128-byte value for one of its
+         10000 keys) and a get of a key it wrote.
+  queue  each worker runs a closed loop: send --batch messages, claim up to
+         --batch with one receive, ack each. e2e is the time from a send to
+         the receive that claimed the message.
+
+--workers goroutines share one store handle per process, as an app's would.
+--processes P > 1 runs P load processes (this binary, re-executed) against
+the same store, all starting together. The table shows per operation the
+count, ops/s, p50, p99 and max latency (histogram precision about 2%) and
+errors. On a terminal a progress line is shown on stderr while it runs.
+
+Examples:
+  localcloud bench
+  localcloud bench queue --duration 10s --workers 8 --batch 10
+  localcloud bench kv --processes 4 --json
+
+Flags:
+`)
+	printDefaults(c.app.stdout, fs)
+}
