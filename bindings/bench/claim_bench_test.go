@@ -52,8 +52,8 @@ func BenchmarkClaimLatency4x4(b *testing.B) {
 		lat = append(lat, r.lat...)
 		span += r.span
 		claims += len(r.lat)
-		b.Logf("run: %d claims in %s by %d processes x %d workers; claims per process %v",
-			len(r.lat), r.span.Round(time.Millisecond), claimProcs, claimWorkers, r.perProc)
+		b.Logf("run: %d claims in %s by %d processes x %d workers; claims per process %v; %s",
+			len(r.lat), r.span.Round(time.Millisecond), claimProcs, claimWorkers, r.perProc, r.slowest)
 	}
 	b.StopTimer()
 	slices.Sort(lat)
@@ -70,6 +70,7 @@ type claimResult struct {
 	lat     []time.Duration
 	span    time.Duration
 	perProc []int
+	slowest string // where the tail is: count over 10 and 50 ms, the 5 slowest claims
 }
 
 type claimChild struct {
@@ -137,6 +138,11 @@ func runClaimProcesses(b *testing.B) claimResult {
 	var res claimResult
 	seen := make(map[int64]int, claimMessages)
 	var first, last int64
+	type slow struct {
+		proc int
+		x    claimSample
+	}
+	var all []slow
 	for i, c := range children {
 		s, err := readSamples(c.out)
 		if err != nil {
@@ -152,6 +158,7 @@ func runClaimProcesses(b *testing.B) claimResult {
 				b.Fatalf("message %d claimed more than once", x.id)
 			}
 			res.lat = append(res.lat, x.lat)
+			all = append(all, slow{i, x})
 		}
 		res.perProc = append(res.perProc, len(s.claims))
 	}
@@ -159,6 +166,23 @@ func runClaimProcesses(b *testing.B) claimResult {
 		b.Fatalf("%d distinct messages claimed, want %d", len(seen), claimMessages)
 	}
 	res.span = time.Duration(last - first)
+	slices.SortFunc(all, func(a, b slow) int { return int(b.x.lat - a.x.lat) })
+	over := func(d time.Duration) int {
+		n, _ := slices.BinarySearchFunc(all, d, func(s slow, d time.Duration) int {
+			if s.x.lat > d {
+				return -1
+			}
+			return 1
+		})
+		return n
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "claims over 10 ms: %d, over 50 ms: %d; slowest (process, ms into the run: latency):",
+		over(10*time.Millisecond), over(50*time.Millisecond))
+	for _, s := range all[:min(5, len(all))] {
+		fmt.Fprintf(&sb, " p%d +%.0fms: %.1fms", s.proc, float64(s.x.at-first)/1e6, float64(s.x.lat)/1e6)
+	}
+	res.slowest = sb.String()
 	return res
 }
 
@@ -195,6 +219,7 @@ func startClaimChild(ctx context.Context, dir, out string) (*claimChild, error) 
 
 type claimSample struct {
 	id  int64
+	at  int64 // unix nanoseconds when Receive was called
 	lat time.Duration
 }
 
@@ -203,8 +228,8 @@ type samples struct {
 	claims     []claimSample
 }
 
-// The sample file: "start <ns> end <ns>" then one "<id> <latency ns>" line
-// per claim.
+// The sample file: "start <ns> end <ns>" then one "<id> <call unix ns>
+// <latency ns>" line per claim.
 func readSamples(path string) (samples, error) {
 	var s samples
 	f, err := os.Open(path)
@@ -220,18 +245,10 @@ func readSamples(path string) (samples, error) {
 		return s, fmt.Errorf("%s: header %q: %v", path, sc.Text(), err)
 	}
 	for sc.Scan() {
-		id, lat, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			return s, fmt.Errorf("%s: bad line %q", path, sc.Text())
-		}
 		var x claimSample
-		x.id, err = strconv.ParseInt(id, 10, 64)
-		if err != nil {
-			return s, err
-		}
-		n, err := strconv.ParseInt(lat, 10, 64)
-		if err != nil {
-			return s, err
+		var n int64
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d %d", &x.id, &x.at, &n); err != nil {
+			return s, fmt.Errorf("%s: line %q: %v", path, sc.Text(), err)
 		}
 		x.lat = time.Duration(n)
 		s.claims = append(s.claims, x)
@@ -288,7 +305,7 @@ func claimWorker(dir, out, workers string) error {
 					// nothing due means nothing left to claim.
 					return
 				}
-				per[w] = append(per[w], claimSample{id: msgs[0].ID, lat: d})
+				per[w] = append(per[w], claimSample{id: msgs[0].ID, at: t0.UnixNano(), lat: d})
 				if err := q.Ack(ctx, msgs[0].ReceiptHandle); err != nil {
 					errs[w] = err
 					return
@@ -305,7 +322,7 @@ func claimWorker(dir, out, workers string) error {
 	fmt.Fprintf(&buf, "start %d end %d\n", start.UnixNano(), end.UnixNano())
 	for _, s := range per {
 		for _, x := range s {
-			fmt.Fprintf(&buf, "%d %d\n", x.id, int64(x.lat))
+			fmt.Fprintf(&buf, "%d %d %d\n", x.id, x.at, int64(x.lat))
 		}
 	}
 	return os.WriteFile(out, buf.Bytes(), 0o600)
