@@ -170,15 +170,26 @@ func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
 	}
 	r.Exists = true
 	checkMode(&r, r.File, fi, supervisor.FileMode, "database file")
+	sides := []string{"-wal", "-shm"}
+	existed := map[string]bool{}
+	for _, side := range sides {
+		_, err := os.Stat(r.File + side)
+		existed[side] = err == nil
+	}
 	v, err := sqlstore.Verify(ctx, r.File, f)
 	if err != nil {
 		return r, fmt.Errorf("check %s: %w", b.Name, err)
 	}
-	// Stat the sidecars after the read: a read-only open of a WAL store
-	// creates them when they are missing (with the database file's mode).
-	for _, side := range []string{"-wal", "-shm"} {
+	// Stat the sidecars after the read, so a second check reports the same:
+	// a read-only open of a WAL store creates missing ones, with the
+	// database file's mode, and leaves them.
+	for _, side := range sides {
 		if si, err := os.Stat(r.File + side); err == nil {
-			checkMode(&r, r.File+side, si, supervisor.FileMode, f.File+side)
+			what := f.File + side
+			if !existed[side] {
+				what += " (created by SQLite for this read, with the database file's mode)"
+			}
+			checkMode(&r, r.File+side, si, supervisor.FileMode, what)
 		}
 	}
 	r.Problems = append(r.Problems, v.Problems...)
