@@ -102,6 +102,9 @@ func appMain(mode string) int {
 		fmt.Printf("wrong service: %v\n", err)
 		return 0
 	}
+	if code, ok := opsAppMain(mode); ok { // ops_test.go
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "app: unknown mode %q\n", mode)
 	return 2
 }
