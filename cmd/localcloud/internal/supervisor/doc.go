@@ -19,9 +19,23 @@
 // [Start] creates the data dir (0700), takes the lock, opens every store
 // (directories 0700, files 0600, format marker checked; a store of another
 // format stops the start and is left untouched) while the NATS server
-// starts, writes runtime.json and starts two background loops: the stack
-// file watcher and the health check. [Supervisor.Close] undoes it in reverse:
-// loops, stores, NATS, runtime.json, lock.
+// starts, starts the hint source (below), writes runtime.json and starts two
+// background loops: the stack file watcher and the health check.
+// [Supervisor.Close] undoes it in reverse: loops, hint source, stores, NATS,
+// runtime.json, lock.
+//
+// # Hints
+//
+// up publishes the wake-up hints that no library call publishes: one
+// notify.Publisher on an in-process connection to the embedded server feeds
+// one hintsrc.Source, to which every queue binding is added (binding name,
+// subject localcloud.<stack>.<binding>.available) once its store is open.
+// The source covers foreign writers (inotify, confirmed by PRAGMA
+// data_version), leases that end and delayed messages coming due. A reload
+// removes a binding from the source before closing its handle and adds it
+// again on reopen; a new stack name re-adds every queue under its new
+// subject. Hints are lossy by contract, so a source that cannot start or a
+// queue that cannot be added is logged and served without them.
 //
 // # Reload
 //

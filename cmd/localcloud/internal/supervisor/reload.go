@@ -157,12 +157,21 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	if err != nil {
 		return Diff{}, err
 	}
+	// Hints stop before a handle closes (the source holds one of its
+	// connections). A new stack name changes every subject.
+	if d.Renamed {
+		for n := range s.stores {
+			s.unwatchLocked(n)
+		}
+	}
 	for _, n := range d.Removed {
+		s.unwatchLocked(n)
 		s.stores[n].close(s.log)
 		delete(s.stores, n)
 	}
 	for _, x := range opened {
 		if cur, ok := s.stores[x.cfg.Name]; ok {
+			s.unwatchLocked(x.cfg.Name)
 			cur.close(s.log)
 		}
 		s.stores[x.cfg.Name] = x
@@ -172,6 +181,15 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 		s.stores[n].cfg = *b
 	}
 	s.stack = st
+	if d.Renamed {
+		for _, x := range s.stores {
+			s.watchLocked(x)
+		}
+	} else {
+		for _, x := range opened {
+			s.watchLocked(x)
+		}
+	}
 	s.reloadErr = ""
 	s.checkHealthLocked(false)
 	_ = s.writeRuntimeLocked()

@@ -63,6 +63,7 @@ type Supervisor struct {
 	stackFile string
 	lock      *ownerLock
 	nats      *notify.Server
+	hints     *hints // nil when up's hints could not start (logged)
 	pid       int
 	startedAt time.Time
 
@@ -143,8 +144,10 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
 	s.nats = nr.srv
+	s.hints = s.startHints()
 	for _, x := range stores {
 		s.stores[x.cfg.Name] = x
+		s.watchLocked(x) // s.mu is not needed yet: nothing else runs
 	}
 
 	s.mu.Lock()
@@ -268,8 +271,8 @@ func (s *Supervisor) Bindings() []string {
 	return names
 }
 
-// Close stops the loops, closes the stores, shuts NATS down, removes
-// runtime.json and releases the owner lock, in that order. It is safe to
+// Close stops the loops and the hint source, closes the stores, shuts NATS
+// down, removes runtime.json and releases the owner lock, in that order. It is safe to
 // call more than once; later calls return the first result.
 func (s *Supervisor) Close() error {
 	s.closeOnce.Do(func() {
@@ -286,6 +289,7 @@ func (s *Supervisor) closeResources() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.hints.close() // holds a connection of every queue store
 	for _, x := range s.stores {
 		x.close(s.log)
 	}
