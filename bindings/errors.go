@@ -1,5 +1,6 @@
 // Package bindings holds what the KV and queue bindings share: the error
-// codes of the local store formats and the durability setting.
+// codes of the local store formats, the durability setting and the names of
+// the app contract's environment variables.
 //
 // The stores themselves live in the subpackages kv and queue.
 package bindings

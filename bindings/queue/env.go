@@ -16,7 +16,7 @@ import (
 const Service = "local-queue"
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.
-const EnvBindingPrefix = "LOCALCLOUD_BINDING_"
+const EnvBindingPrefix = bindings.EnvBindingPrefix
 
 // EnvBinding is the JSON that `localcloud env` and `localcloud run` put in
 // LOCALCLOUD_BINDING_<NAME> for a queue binding:
@@ -54,8 +54,13 @@ func ReadEnv(name string) (EnvBinding, error) { return readEnv(name, os.LookupEn
 // `localcloud run` (or `eval "$(localcloud env)"`) sets up: it reads
 // LOCALCLOUD_BINDING_<NAME>, checks that it describes a queue and opens the
 // store in its queuePath with its visibility timeout (as the default
-// visibility of Receive) and durability. opts are applied after the settings
-// from the environment, so they win.
+// visibility of Receive) and durability. When LOCALCLOUD_NATS_URL is set and
+// the binding has a subject, it also turns hints on with
+// WithHints(LOCALCLOUD_NATS_URL, LOCALCLOUD_NATS_TOKEN, subject), so Send
+// and Nack wake consumers in other processes and ReceiveWait and Consume
+// are woken by them; without it they rely on their fallback poll. opts are
+// applied after the settings from the environment, so they win (pass
+// WithHints("", "", "") to turn hints off).
 //
 // A missing variable, malformed JSON or a binding of another service gives
 // an error matching bindings.ErrBindingSetupFailed whose message names the
@@ -74,6 +79,10 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	if b.VisibilityTimeout != "" {
 		vt, _ := time.ParseDuration(b.VisibilityTimeout) // checked by readEnv
 		all = append(all, WithDefaultVisibility(vt))
+	}
+	if url, _ := lookup(bindings.EnvNATSURL); url != "" && b.Subject != "" {
+		token, _ := lookup(bindings.EnvNATSToken)
+		all = append(all, WithHints(url, token, b.Subject))
 	}
 	q, err := Open(ctx, b.QueuePath, append(all, opts...)...)
 	if err != nil {

@@ -120,3 +120,44 @@ func TestFromEnvProcessEnvironment(t *testing.T) {
 		t.Fatalf("ReadEnv = %+v, %v", b, err)
 	}
 }
+
+func TestFromEnvTurnsHintsOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	binding := `{"service":"local-queue","queuePath":"` + dir + `","subject":"localcloud.shop.orders.available"}`
+	// Nothing is dialed before the first hint or wait, so an unused port is fine.
+	const url = "nats://127.0.0.1:1"
+	cases := []struct {
+		name                string
+		env                 map[string]string
+		opts                []Option
+		url, token, subject string
+	}{
+		{name: "url, token and subject",
+			env: map[string]string{"LOCALCLOUD_BINDING_ORDERS": binding, bindings.EnvNATSURL: url, bindings.EnvNATSToken: "secret"},
+			url: url, token: "secret", subject: "localcloud.shop.orders.available"},
+		{name: "no url: polling only",
+			env: map[string]string{"LOCALCLOUD_BINDING_ORDERS": binding}},
+		{name: "no subject: polling only",
+			env: map[string]string{"LOCALCLOUD_BINDING_ORDERS": `{"service":"local-queue","queuePath":"` + dir + `"}`, bindings.EnvNATSURL: url}},
+		{name: "caller turns hints off",
+			env:  map[string]string{"LOCALCLOUD_BINDING_ORDERS": binding, bindings.EnvNATSURL: url},
+			opts: []Option{WithHints("", "", "")}},
+		{name: "caller's server wins",
+			env:  map[string]string{"LOCALCLOUD_BINDING_ORDERS": binding, bindings.EnvNATSURL: url},
+			opts: []Option{WithHints("nats://127.0.0.1:2", "", "mine")},
+			url:  "nats://127.0.0.1:2", subject: "mine"},
+	}
+	for _, c := range cases {
+		q, err := fromEnv(ctx, "orders", mapLookup(c.env), c.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := q.hints.opts
+		if got.url != c.url || got.token != c.token || got.subject != c.subject {
+			t.Errorf("%s: hints (%q, %q, %q), want (%q, %q, %q)", c.name, got.url, got.token, got.subject, c.url, c.token, c.subject)
+		}
+		q.Close()
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
@@ -18,9 +19,9 @@ import (
 // Variables of the app contract besides the per-binding ones
 // (config.EnvName).
 const (
-	envNATSURL   = "LOCALCLOUD_NATS_URL"
-	envNATSToken = "LOCALCLOUD_NATS_TOKEN"
-	envStackName = "LOCALCLOUD_STACK_NAME"
+	envNATSURL   = bindings.EnvNATSURL
+	envNATSToken = bindings.EnvNATSToken
+	envStackName = bindings.EnvStackName
 )
 
 // envCommand prints the environment an app needs to find its bindings.
