@@ -81,6 +81,7 @@ Commands:
   backup    write a verified online snapshot of a binding's store
   restore   replace a binding's store with a backup (up must be stopped)
   bench     measure KV and queue throughput and latency on a temporary store
+  asyncapi  print the AsyncAPI 3.0.0 document of the stack's hint channels
 
 Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
 else ./stack.yaml.
@@ -107,6 +108,7 @@ func (a *app) commands() map[string]command {
 		"backup":   &backupCommand{app: a},
 		"restore":  &restoreCommand{app: a},
 		"bench":    &benchCommand{app: a},
+		"asyncapi": &asyncapiCommand{app: a},
 		// Hidden: a load process of bench --processes.
 		benchWorkerName: &benchWorkerCommand{app: a},
 	}

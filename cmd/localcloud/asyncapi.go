@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// asyncapiCommand prints the AsyncAPI 3.0.0 document of a stack's hint
+// channels.
+type asyncapiCommand struct {
+	app *app
+}
+
+func (c *asyncapiCommand) flags() (fs *flag.FlagSet, file, format *string) {
+	fs = newFlagSet("asyncapi")
+	file = stackFlag(fs)
+	format = fs.String("format", string(notify.FormatJSON), "output `FORMAT`: json or yaml")
+	return fs, file, format
+}
+
+func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
+	fs, file, format := c.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	f := notify.AsyncAPIFormat(*format)
+	if f != notify.FormatJSON && f != notify.FormatYAML {
+		return &usageError{msg: fmt.Sprintf("-format must be json or yaml, got %q", *format), try: "localcloud asyncapi --format yaml"}
+	}
+	st, err := c.app.loadStack(*file)
+	if err != nil {
+		return err
+	}
+	doc, err := notify.AsyncAPI(asyncAPIInput(st, f))
+	if err != nil {
+		return err
+	}
+	_, err = c.app.stdout.Write(doc)
+	return err
+}
+
+// asyncAPIInput describes st's hint channels: one per queue binding, on the
+// server of notify.listen. It depends on the stack file only, so the
+// document is the same whether up runs or not.
+func asyncAPIInput(st *config.Stack, f notify.AsyncAPIFormat) notify.AsyncAPIInput {
+	in := notify.AsyncAPIInput{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
+	for _, b := range st.Bindings {
+		if b.Type == config.TypeQueue {
+			in.Bindings = append(in.Bindings, b.Name)
+		}
+	}
+	return in
+}
+
+func (c *asyncapiCommand) Usage() {
+	fs, _, _ := c.flags()
+	fmt.Fprint(c.app.stdout, `Print the AsyncAPI 3.0.0 document of a stack's wake-up hints.
+
+Usage:
+  localcloud asyncapi [-f FILE] [--format json|yaml]
+
+The document has one channel per queue binding, with the address
+localcloud.<stack>.<binding>.available, the JSON schema of the hint payload
+({"binding":"orders","due":3,"at":1767225600000}), a receive operation (what
+a consumer implements) and a send operation (what localcloud does) per
+channel, and one server with protocol nats whose host variable defaults to
+the stack's notify.listen. With port 0 there, the real port is only known
+while up runs: localcloud status prints it.
+
+Example:
+  localcloud asyncapi -f stack.yaml --format yaml > hints.asyncapi.yaml
+
+Flags:
+`)
+	printDefaults(c.app.stdout, fs)
+}
