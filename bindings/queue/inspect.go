@@ -19,7 +19,38 @@ const (
 FROM messages ORDER BY enqueued_at, id LIMIT ?1`
 	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at)
 FROM messages`
+	// With localcloud's own tables (deadletter.go), which a store written
+	// only by a spec-exact implementation and opened read-only lacks.
+	stmtHasMoveTables = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('lc_moves', 'lc_dead_letters')`
+	stmtPeekOrigin    = `SELECT m.id, m.attempt, m.enqueued_at, m.visible_at, m.payload_type, m.payload_data, m.receipt_handle IS NOT NULL,
+d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.moved_at,
+mv.message_id IS NOT NULL
+FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id LEFT JOIN lc_moves mv ON mv.message_id = m.id
+ORDER BY m.enqueued_at, m.id LIMIT ?1`
+	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_dead_letters d JOIN messages m ON m.id = d.dlq_message_id
+GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_binding, d.origin_store`
+	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
 )
+
+// Origin is where a dead letter came from, as recorded when it was moved.
+type Origin struct {
+	Store      string    // Location of the queue it was moved from
+	Binding    string    // that queue's binding name; "" if unknown
+	ID         int64     // its message id there
+	Attempts   int       // deliveries there
+	EnqueuedAt time.Time // when it was sent there
+	MovedAt    time.Time
+	// LastReceipt is the receipt handle of its last delivery there; "" if
+	// it had none.
+	LastReceipt string
+}
+
+// OriginCount is how many dead letters of a queue came from one origin.
+type OriginCount struct {
+	Store   string
+	Binding string
+	Count   int64
+}
 
 // PeekedMessage is a message as stored, seen without claiming it.
 type PeekedMessage struct {
@@ -34,6 +65,11 @@ type PeekedMessage struct {
 	// Delivered reports that the message has a receipt (was received at
 	// least once).
 	Delivered bool
+	// Origin is where a dead letter came from; nil for other messages.
+	Origin *Origin
+	// Moving reports that the message is being moved to another store (to
+	// its dead-letter queue, or redriven); it is hidden meanwhile.
+	Moving bool
 }
 
 // Peek returns up to limit (1..MaxPeekLimit) messages in delivery order
@@ -43,7 +79,15 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	if limit < 1 || limit > MaxPeekLimit {
 		return nil, bindings.Errorf(bindings.CodeInvalidInput, "limit: must be between 1 and %d, got %d", MaxPeekLimit, limit)
 	}
-	rows, err := q.db.R.QueryContext(ctx, stmtPeek, limit)
+	own, err := q.hasMoveTables(ctx)
+	if err != nil {
+		return nil, opErr(err, "peek")
+	}
+	stmt := stmtPeek
+	if own {
+		stmt = stmtPeekOrigin
+	}
+	rows, err := q.db.R.QueryContext(ctx, stmt, limit)
 	if err != nil {
 		return nil, opErr(err, "peek")
 	}
@@ -53,8 +97,20 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		var m PeekedMessage
 		var enq, vis int64
 		var typ, data string
-		if err := rows.Scan(&m.ID, &m.Attempt, &enq, &vis, &typ, &data, &m.Delivered); err != nil {
+		dest := []any{&m.ID, &m.Attempt, &enq, &vis, &typ, &data, &m.Delivered}
+		var o struct {
+			store, binding, receipt  sql.NullString
+			id, attempts, enq, moved sql.NullInt64
+		}
+		if own {
+			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, opErr(err, "peek")
+		}
+		if o.store.Valid {
+			m.Origin = &Origin{Store: o.store.String, Binding: o.binding.String, ID: o.id.Int64, Attempts: int(o.attempts.Int64),
+				EnqueuedAt: time.UnixMilli(o.enq.Int64), MovedAt: time.UnixMilli(o.moved.Int64), LastReceipt: o.receipt.String}
 		}
 		m.EnqueuedAt, m.VisibleAt = time.UnixMilli(enq), time.UnixMilli(vis)
 		m.Payload = Payload{Type: PayloadType(typ), Data: data}
@@ -73,6 +129,13 @@ type Stats struct {
 	Total    int64
 	// Oldest is the enqueue time of the oldest message; zero when empty.
 	Oldest time.Time
+	// DeadLetters counts the messages moved here from a queue whose
+	// maxAttempts they used up; Origins splits them by origin, most first.
+	DeadLetters int64
+	Origins     []OriginCount
+	// Moving counts the messages being moved out of this queue (to its
+	// dead-letter queue, or redriven); they are part of InFlight.
+	Moving int64
 }
 
 // Stats counts the queue's messages in one read.
@@ -86,5 +149,44 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	if oldest.Valid {
 		s.Oldest = time.UnixMilli(oldest.Int64)
 	}
+	if err := q.moveStats(ctx, &s); err != nil {
+		return Stats{}, opErr(err, "stats")
+	}
 	return s, nil
+}
+
+// moveStats fills the counts of dead letters and moves. They are read
+// apart from the message counts, so under concurrent moves the two may
+// disagree by the messages moved in between.
+func (q *Queue) moveStats(ctx context.Context, s *Stats) error {
+	own, err := q.hasMoveTables(ctx)
+	if err != nil || !own {
+		return err
+	}
+	if err := q.db.R.QueryRowContext(ctx, stmtStatsMoving).Scan(&s.Moving); err != nil {
+		return err
+	}
+	rows, err := q.db.R.QueryContext(ctx, stmtStatsOrigins)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c OriginCount
+		if err := rows.Scan(&c.Binding, &c.Store, &c.Count); err != nil {
+			return err
+		}
+		s.Origins = append(s.Origins, c)
+		s.DeadLetters += c.Count
+	}
+	return rows.Err()
+}
+
+// hasMoveTables reports whether the store has localcloud's tables of moves
+// (a read-only handle on a store no read-write localcloud handle opened
+// since it was created by a spec-exact implementation has not).
+func (q *Queue) hasMoveTables(ctx context.Context) (bool, error) {
+	var n int
+	err := q.db.R.QueryRowContext(ctx, stmtHasMoveTables).Scan(&n)
+	return n == 2, err
 }

@@ -18,6 +18,9 @@ type options struct {
 	readOnly   bool
 	notifier   Notifier
 	wake       wakeOptions // hints.go
+	binding    string      // the binding name, recorded as the origin of dead letters
+	dead       deadLetterOptions
+	internal   bool // a handle a transfer opened on its destination (deadletter.go)
 }
 
 func buildOptions(opts []Option) options {
@@ -73,4 +76,21 @@ type receiveOptions struct {
 // MinVisibility..MaxVisibility. Defaults to the queue's default visibility.
 func WithVisibility(d time.Duration) ReceiveOption {
 	return func(o *receiveOptions) { o.visibility = d }
+}
+
+// WithBindingName names the binding the handle serves (e.g. "orders"). It
+// is recorded as the origin of the handle's dead letters (see
+// WithDeadLetter) and shown by peek. FromEnv sets it. Defaults to "".
+func WithBindingName(name string) Option { return func(o *options) { o.binding = name } }
+
+// WithDeadLetter gives the queue a dead-letter policy: a message that has
+// been delivered maxAttempts times (1..MaxAttemptsLimit) is not delivered
+// again when it next comes due; it is moved to the dead-letter queue at dlq,
+// a store directory (made absolute) or "memory:NAME" for an in-memory store
+// (Location of its handle), with its origin recorded there. See
+// deadletter.go for how the move survives a crash. Every handle that
+// receives from the queue must carry the same policy (FromEnv reads it from
+// the binding's JSON); a handle without it delivers past maxAttempts.
+func WithDeadLetter(maxAttempts int, dlq string) Option {
+	return func(o *options) { o.dead = deadLetterOptions{maxAttempts: maxAttempts, dlq: dlq, set: true} }
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,7 +60,7 @@ var format = sqlstore.Format{
 	Marker: Marker,
 	File:   FileName,
 	Schema: Schema,
-	Extra:  OrderIndex,
+	Extra:  OrderIndex + "\n" + MovesDDL,
 	OpCode: bindings.CodeQueueOperationFailed,
 }
 
@@ -69,6 +71,9 @@ func Format() sqlstore.Format { return format }
 const (
 	stmtSend = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?3, 0)`
+	// The spec's send with a later visible_at (WithDelay).
+	stmtSendAt = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES (?1, ?2, ?3, ?4, 0)`
 	stmtDue   = `SELECT id, enqueued_at FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
 	stmtAny   = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
 	stmtClaim = `UPDATE messages
@@ -102,33 +107,77 @@ type Queue struct {
 	visibility time.Duration
 	notifier   Notifier
 	hints      *hintState // wake-ups and NATS hints (hints.go)
+	binding    string
+	dead       deadLetterOptions // maxAttempts 0: no dead-letter policy
+	readOnly   bool
+	internal   bool // opened by a move on its destination (deadletter.go)
+
+	destMu      sync.Mutex
+	dests       map[string]*Queue // destinations of moves, by location
+	destClosed  bool
+	nextRecover atomic.Int64 // when maybeRecover looks next (since procStart)
 }
 
 // Open opens or creates the queue store in dir (created 0700; the file 0600).
+// A read-write open finishes the moves between stores (dead letters,
+// redrives) that a killed process left unfinished; see deadletter.go.
 func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
-	o := buildOptions(opts)
-	if err := o.validate(); err != nil {
+	o, err := prepareOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	db, err := sqlstore.Open(ctx, dir, format, sqlstore.Options{Durability: o.durability, Logger: o.logger, ReadOnly: o.readOnly})
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path)}, nil
+	return newQueue(ctx, db, o)
 }
 
 // OpenMemory opens the in-memory queue called name, shared by every handle
-// of this process that names it and gone when the last one closes.
+// of this process that names it and gone when the last one closes. Its
+// Location is "memory:NAME".
 func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error) {
-	o := buildOptions(opts)
-	if err := o.validate(); err != nil {
+	o, err := prepareOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	db, err := sqlstore.OpenMemory(ctx, name, format, sqlstore.Options{Logger: o.logger})
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path)}, nil
+	return newQueue(ctx, db, o)
+}
+
+func prepareOptions(opts []Option) (options, error) {
+	o := buildOptions(opts)
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	if o.dead.set {
+		loc, err := normLocation(o.dead.dlq)
+		if err != nil {
+			return o, err
+		}
+		o.dead.dlq = loc
+	}
+	return o, nil
+}
+
+func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
+	q := &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path),
+		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
+	if o.dead.set {
+		if o.dead.dlq == q.Location() {
+			_ = q.Close()
+			return nil, bindings.Errorf(bindings.CodeInvalidInput,
+				"dead-letter queue: must be another store than the queue itself (%s)", o.dead.dlq)
+		}
+		q.dead = o.dead
+	}
+	if !q.readOnly && !q.internal {
+		q.recoverAtOpen(ctx)
+	}
+	return q, nil
 }
 
 func (o options) validate() error {
@@ -136,6 +185,9 @@ func (o options) validate() error {
 		return err
 	}
 	if err := o.wake.validate(); err != nil {
+		return err
+	}
+	if err := o.dead.validate(); err != nil {
 		return err
 	}
 	return validVisibility("default visibility", o.visibility)
@@ -158,7 +210,8 @@ func (q *Queue) DB() *sqlstore.DB { return q.db }
 // Close releases the handle. Safe to call twice.
 func (q *Queue) Close() error {
 	q.hints.close()
-	return q.db.Close()
+	derr := q.closeDestinations()
+	return errors.Join(q.db.Close(), derr)
 }
 
 func opErr(err error, format string, args ...any) error {
@@ -172,16 +225,20 @@ func (q *Queue) notify() {
 	q.hints.messageDue()
 }
 
-// Send enqueues one message, due at once. Payloads over MaxPayloadBytes
-// (serialized) are rejected before the store is touched.
-func (q *Queue) Send(ctx context.Context, p Payload) error {
+// Send enqueues one message, due at once or, with WithDelay, later.
+// Payloads over MaxPayloadBytes (serialized) and invalid options are
+// rejected before the store is touched.
+func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
+	o, err := buildSendOptions(opts)
+	if err != nil {
+		return err
+	}
 	if err := p.validate("payload"); err != nil {
 		return err
 	}
 	now := q.now().UnixMilli()
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, stmtSend, string(p.Type), p.Data, now)
-		return err
+	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		return insert(ctx, tx, p, now, o.delay)
 	})
 	if err != nil {
 		return opErr(err, "send")
@@ -190,8 +247,25 @@ func (q *Queue) Send(ctx context.Context, p Payload) error {
 	return nil
 }
 
+// insert is the spec's send of p at now (unix ms), due after delay.
+func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) error {
+	var err error
+	if delay == 0 {
+		_, err = tx.Exec(ctx, stmtSend, string(p.Type), p.Data, now)
+	} else {
+		_, err = tx.Exec(ctx, stmtSendAt, string(p.Type), p.Data, now, now+delayMillis(delay))
+	}
+	return err
+}
+
 // Receive claims up to max (1..MaxReceiveBatch) due messages in (enqueued_at,
 // id) order, hiding each for its lease. An empty queue gives an empty slice.
+//
+// With a dead-letter policy (WithDeadLetter), a due message that was
+// delivered maxAttempts times already is not delivered: the claim starts its
+// move to the dead-letter queue, and Receive finishes the move before it
+// returns (a move that fails is logged and finished later; the messages
+// claimed are returned all the same).
 func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]Message, error) {
 	ro := receiveOptions{visibility: q.visibility}
 	for _, fn := range opts {
@@ -204,49 +278,89 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 	if err := validVisibility("visibility", ro.visibility); err != nil {
 		return nil, err
 	}
+	q.maybeRecover(ctx)
 	// A read first keeps empty polls off the write lock.
 	if due, err := q.anyDue(ctx); err != nil || !due {
 		return nil, err
 	}
 	var msgs []Message
+	var moves []move
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		msgs = msgs[:0]
-		now := q.now()
-		rows, err := tx.Query(ctx, stmtDue, now.UnixMilli(), max)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var m Message
-			var enq int64
-			if err := rows.Scan(&m.ID, &enq); err != nil {
-				rows.Close()
-				return err
-			}
-			m.EnqueuedAt = time.UnixMilli(enq)
-			msgs = append(msgs, m)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		leaseEnd := now.Add(ro.visibility).UnixMilli()
-		for i := range msgs {
-			m := &msgs[i]
-			u := uuid.NewString()
-			var typ, data string
-			if err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &m.Attempt); err != nil {
-				return err
-			}
-			m.ReceiptHandle = strconv.FormatInt(m.ID, 10) + ":" + u
-			m.Payload = Payload{Type: PayloadType(typ), Data: data}
-		}
-		return nil
+		var err error
+		msgs, moves, err = q.claim(ctx, tx, q.now(), max, ro.visibility)
+		return err
 	})
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
+	if len(moves) > 0 {
+		mctx, cancel := moveCtx(ctx)
+		defer cancel()
+		if err := q.transfer(mctx, moves); err != nil {
+			q.hints.log.Warn("queue: cannot move dead letters now; retrying later", logKeyStore, q.Path(), logKeyErr, err)
+		}
+	}
 	return msgs, nil
+}
+
+// claim is the claim transaction's body: the spec's select of due ids and
+// claim of each. With a dead-letter policy each due message is first looked
+// at: one that is spent starts its move instead, and the select runs again
+// for the places it left, so a claim still returns up to max messages.
+func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
+	var msgs []Message
+	var moves []move
+	leaseEnd := now.Add(lease).UnixMilli()
+	for {
+		want := max - len(msgs)
+		due, err := dueMessages(ctx, tx, now, want)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, m := range due {
+			if q.dead.set {
+				mv, spent, err := q.deadLetterIfSpent(ctx, tx, now, m.ID)
+				if err != nil {
+					return nil, nil, err
+				}
+				if spent {
+					moves = append(moves, mv)
+					continue
+				}
+			}
+			u := uuid.NewString()
+			var typ, data string
+			if err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &m.Attempt); err != nil {
+				return nil, nil, err
+			}
+			m.ReceiptHandle = formatReceipt(m.ID, u)
+			m.Payload = Payload{Type: PayloadType(typ), Data: data}
+			msgs = append(msgs, m)
+		}
+		if !q.dead.set || len(due) < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
+			return msgs, moves, nil
+		}
+	}
+}
+
+// dueMessages runs the spec's select of up to n due ids.
+func dueMessages(ctx context.Context, tx *sqlstore.Tx, now time.Time, n int) ([]Message, error) {
+	rows, err := tx.Query(ctx, stmtDue, now.UnixMilli(), n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var msgs []Message
+	for rows.Next() {
+		var m Message
+		var enq int64
+		if err := rows.Scan(&m.ID, &enq); err != nil {
+			return nil, err
+		}
+		m.EnqueuedAt = time.UnixMilli(enq)
+		msgs = append(msgs, m)
+	}
+	return msgs, rows.Err()
 }
 
 func (q *Queue) anyDue(ctx context.Context) (bool, error) {
@@ -284,16 +398,22 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	return q.receiptErr(err, "ack", receipt)
 }
 
-// Nack makes the message due again at once (its attempt count is kept), so
-// it is redelivered under a new receipt. Receipt rules are those of Ack.
-func (q *Queue) Nack(ctx context.Context, receipt string) error {
+// Nack makes the message due again at once, or with WithDelay after a
+// back-off (its attempt count is kept either way), so it is redelivered
+// under a new receipt. Receipt rules are those of Ack; an invalid delay is
+// INVALID_INPUT and changes nothing.
+func (q *Queue) Nack(ctx context.Context, receipt string, opts ...NackOption) error {
+	o, err := buildNackOptions(opts)
+	if err != nil {
+		return err
+	}
 	id, u, ok := parseReceipt(receipt)
 	if !ok {
 		return nil
 	}
 	changed := false
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli())
+	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli()+delayMillis(o.delay))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,157 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"math"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/internal/sqlstore"
+)
+
+// RedriveOption changes one Redrive.
+type RedriveOption func(*redriveOptions)
+
+type redriveOptions struct {
+	to  string
+	max int // -1: all
+}
+
+// RedriveTo sends every redriven message to the queue at loc (a store
+// directory or "memory:NAME") instead of its origin. Messages without a
+// recorded origin (sent to the dead-letter queue directly) are redriven
+// only with RedriveTo.
+func RedriveTo(loc string) RedriveOption { return func(o *redriveOptions) { o.to = loc } }
+
+// RedriveMax redrives at most n (>= 1) messages. Defaults to all.
+func RedriveMax(n int) RedriveOption { return func(o *redriveOptions) { o.max = n } }
+
+// RedriveResult counts what a Redrive did.
+type RedriveResult struct {
+	Moved   int // messages now in their origin (or the RedriveTo queue)
+	Skipped int // due messages left here: no recorded origin and no RedriveTo
+}
+
+const stmtRedriveSelect = `SELECT m.id, m.enqueued_at, m.attempt, m.payload_type, m.payload_data, m.receipt_handle, d.origin_store
+FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id
+WHERE m.visible_at <= ?1 AND (m.enqueued_at > ?2 OR (m.enqueued_at = ?2 AND m.id > ?3))
+ORDER BY m.enqueued_at, m.id LIMIT ?4`
+
+// Redrive moves the due messages of this queue - a dead-letter queue - back
+// to the queue each came from (its origin, as recorded when it was moved
+// here) or to the RedriveTo queue, in delivery order. A redriven message
+// starts afresh there: attempt 0, due at once, enqueued now. Messages in
+// flight (held by a consumer of this queue) stay.
+//
+// The move is the two-store move of dead letters (deadletter.go), with the
+// arrival recorded in the target's lc_redriven: a Redrive cut short by a
+// crash or an error is finished by the next Redrive, Receive or read-write
+// Open of this store, and every message ends up in exactly one of the two
+// queues.
+func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResult, error) {
+	o := redriveOptions{max: -1}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	var res RedriveResult
+	if o.max == 0 || o.max < -1 {
+		return res, bindings.Errorf(bindings.CodeInvalidInput, "max: must be at least 1, got %d", o.max)
+	}
+	if o.to != "" {
+		loc, err := normLocation(o.to)
+		if err != nil {
+			return res, err
+		}
+		if loc == q.Location() {
+			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself (%s)", loc)
+		}
+		o.to = loc
+	}
+	mctx, cancel := moveCtx(ctx)
+	defer cancel()
+	// Finish an earlier redrive (or move) cut short first.
+	if err := q.recoverMoves(mctx, math.MaxInt64); err != nil {
+		return res, err
+	}
+	afterEnq, afterID := int64(math.MinInt64), int64(0)
+	for o.max < 0 || res.Moved < o.max {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		limit := moveBatch
+		if o.max > 0 {
+			limit = min(limit, o.max-res.Moved)
+		}
+		var moves []move
+		var skipped, scanned int
+		var lastEnq, lastID int64
+		err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+			moves, skipped, scanned = moves[:0], 0, 0
+			now := q.now()
+			cands, err := redriveCandidates(ctx, tx, now.UnixMilli(), afterEnq, afterID, limit)
+			if err != nil {
+				return err
+			}
+			scanned = len(cands)
+			for _, c := range cands {
+				lastEnq, lastID = c.mv.enqueuedAt, c.mv.id
+				dest := o.to
+				if dest == "" {
+					if !c.origin.Valid || c.origin.String == q.Location() {
+						skipped++
+						continue
+					}
+					dest = c.origin.String
+				}
+				mv := c.mv
+				mv.dest, mv.kind, mv.binding = dest, kindRedrive, q.binding
+				if err := q.beginMove(ctx, tx, now, &mv); err != nil {
+					return err
+				}
+				moves = append(moves, mv)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, opErr(err, "redrive")
+		}
+		afterEnq, afterID = lastEnq, lastID
+		res.Skipped += skipped
+		if len(moves) > 0 {
+			if err := q.transfer(mctx, moves); err != nil {
+				return res, err
+			}
+			res.Moved += len(moves)
+		}
+		if scanned < limit {
+			break
+		}
+	}
+	return res, nil
+}
+
+type redriveCandidate struct {
+	mv     move
+	origin sql.NullString
+}
+
+func redriveCandidates(ctx context.Context, tx *sqlstore.Tx, now, afterEnq, afterID int64, limit int) ([]redriveCandidate, error) {
+	rows, err := tx.Query(ctx, stmtRedriveSelect, now, afterEnq, afterID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []redriveCandidate
+	for rows.Next() {
+		var c redriveCandidate
+		var receipt sql.NullString
+		if err := rows.Scan(&c.mv.id, &c.mv.enqueuedAt, &c.mv.attempts, &c.mv.typ, &c.mv.data, &receipt, &c.origin); err != nil {
+			return nil, err
+		}
+		if receipt.Valid {
+			c.mv.lastReceipt = sql.NullString{String: formatReceipt(c.mv.id, receipt.String), Valid: true}
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
