@@ -29,12 +29,25 @@ const EnvBindingPrefix = bindings.EnvBindingPrefix
 // duration) and durability are localcloud's own and may be missing (30s,
 // normal). Unknown fields are ignored, so newer writers do not break older
 // readers.
+//
+// A binding with a dead-letter policy also carries it, so every process of
+// the app enforces it (WithDeadLetter):
+//
+//	"maxAttempts":5,"deadLetter":{"binding":"orders-dlq","queuePath":"/abs/.localcloud/queue/orders-dlq"}
 type EnvBinding struct {
-	Service           string `json:"service"`
-	QueuePath         string `json:"queuePath"`
-	Subject           string `json:"subject,omitempty"`
-	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
-	Durability        string `json:"durability,omitempty"`
+	Service           string         `json:"service"`
+	QueuePath         string         `json:"queuePath"`
+	Subject           string         `json:"subject,omitempty"`
+	VisibilityTimeout string         `json:"visibilityTimeout,omitempty"`
+	Durability        string         `json:"durability,omitempty"`
+	MaxAttempts       int            `json:"maxAttempts,omitempty"`
+	DeadLetter        *EnvDeadLetter `json:"deadLetter,omitempty"`
+}
+
+// EnvDeadLetter is the dead-letter queue of an EnvBinding.
+type EnvDeadLetter struct {
+	Binding   string `json:"binding"`
+	QueuePath string `json:"queuePath"`
 }
 
 // EnvName returns the variable that carries the binding called name:
@@ -79,6 +92,10 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	if b.VisibilityTimeout != "" {
 		vt, _ := time.ParseDuration(b.VisibilityTimeout) // checked by readEnv
 		all = append(all, WithDefaultVisibility(vt))
+	}
+	all = append(all, WithBindingName(name))
+	if b.MaxAttempts > 0 {
+		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.QueuePath)) // checked by readEnv
 	}
 	if url, _ := lookup(bindings.EnvNATSURL); url != "" && b.Subject != "" {
 		token, _ := lookup(bindings.EnvNATSToken)
@@ -132,6 +149,17 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 			return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
 				"%s: visibilityTimeout must be a duration between %s and %s, got %q", v, MinVisibility, MaxVisibility, b.VisibilityTimeout)
 		}
+	}
+	switch {
+	case b.MaxAttempts < 0 || b.MaxAttempts > MaxAttemptsLimit:
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: maxAttempts must be between 1 and %d, got %d", v, MaxAttemptsLimit, b.MaxAttempts)
+	case b.MaxAttempts > 0 && (b.DeadLetter == nil || b.DeadLetter.QueuePath == ""):
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: maxAttempts needs deadLetter.queuePath: a message past maxAttempts must have somewhere to go", v)
+	case b.DeadLetter != nil && !filepath.IsAbs(b.DeadLetter.QueuePath):
+		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: deadLetter.queuePath must be an absolute path, got %q", v, b.DeadLetter.QueuePath)
 	}
 	return b, nil
 }

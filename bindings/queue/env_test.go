@@ -42,6 +42,9 @@ func TestFromEnvErrorsNameTheVariable(t *testing.T) {
 		{name: "bad durability", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","durability":"x"}`, want: "durability"},
 		{name: "bad visibility", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","visibilityTimeout":"soon"}`, want: "visibilityTimeout"},
 		{name: "visibility out of range", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","visibilityTimeout":"13h"}`, want: "visibilityTimeout"},
+		{name: "maxAttempts without deadLetter", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","maxAttempts":3}`, want: "deadLetter"},
+		{name: "maxAttempts out of range", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","maxAttempts":1001,"deadLetter":{"binding":"d","queuePath":"/d"}}`, want: "maxAttempts"},
+		{name: "relative deadLetter", set: true, value: `{"service":"local-queue","queuePath":"` + dir + `","maxAttempts":3,"deadLetter":{"binding":"d","queuePath":"d"}}`, want: "deadLetter.queuePath must be an absolute path"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -70,9 +73,11 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "queue", "orders")
+	dlq := filepath.Join(filepath.Dir(dir), "orders-dlq")
 	env := map[string]string{
 		"LOCALCLOUD_BINDING_ORDERS": `{"service":"local-queue","queuePath":"` + dir +
-			`","subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal","maxAttempts":5}`,
+			`","subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal","maxAttempts":5,` +
+			`"deadLetter":{"binding":"orders-dlq","queuePath":"` + dlq + `"},"futureField":true}`,
 	}
 	q, err := fromEnv(ctx, "orders", mapLookup(env), nil)
 	if err != nil {
@@ -80,6 +85,9 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 	}
 	if q.visibility != 45*time.Second {
 		t.Errorf("default visibility = %s, want 45s from the environment", q.visibility)
+	}
+	if q.dead.maxAttempts != 5 || q.dead.dlq != dlq || q.binding != "orders" {
+		t.Errorf("dead-letter policy %+v, binding %q; want 5 attempts into %s, binding orders", q.dead, q.binding, dlq)
 	}
 	if want := filepath.Join(dir, FileName); q.Path() != want {
 		t.Errorf("Path() = %q, want %q", q.Path(), want)
