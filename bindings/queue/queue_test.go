@@ -39,12 +39,17 @@ func TestConformance(t *testing.T) {
 // fileHarness is a store in a directory that does not exist yet, so every
 // case also exercises its creation.
 func fileHarness(t *testing.T) queuetest.Harness {
-	dir := filepath.Join(t.TempDir(), "queue")
+	base := t.TempDir()
+	dir := filepath.Join(base, "queue")
 	return queuetest.Harness{
 		Persistent: true,
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openFile(t, dir, opts...)
+		},
+		OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
+			t.Helper()
+			return openFile(t, filepath.Join(base, "sibling-"+name), opts...)
 		},
 	}
 }
@@ -60,6 +65,10 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openMemory(t, name, opts...)
+		},
+		OpenSibling: func(t *testing.T, sibling string, opts ...queue.Option) *queue.Queue {
+			t.Helper()
+			return openMemory(t, name+"-"+sibling, opts...)
 		},
 	}
 }

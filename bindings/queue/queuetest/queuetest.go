@@ -26,6 +26,7 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/clock"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // Harness gives the suite one fresh store.
@@ -38,6 +39,11 @@ type Harness struct {
 	// opening a new one (file stores). A non-persistent store (memory) must
 	// still share data between handles that are open at the same time.
 	Persistent bool
+	// OpenSibling opens a handle on another store of the same mode, called
+	// name, beside the harness's store (a dead-letter queue): every call
+	// with the same name names the same store. Cases that need two stores
+	// are skipped when it is nil.
+	OpenSibling func(t *testing.T, name string, opts ...queue.Option) *queue.Queue
 }
 
 // Run runs every case as a parallel subtest "Area/Case", each on a store
@@ -72,6 +78,18 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Persistence/Reopen", testPersistence},
 		{"Concurrency/ThirtyMessagesSixReceivers", testConcurrentReceivers},
 		{"Notifier/SendAndNackOnly", testNotifier},
+		{"Delay/NotBeforeDue", testDelayNotBeforeDue},
+		{"Delay/OrderAmongDue", testDelayOrder},
+		{"Delay/Limits", testDelayLimits},
+		{"Batch/HundredInOrder", testBatchHundred},
+		{"Batch/Limits", testBatchLimits},
+		{"Batch/FailureMidBatchLeavesNone", testBatchAllOrNone},
+		{"Nack/WithDelay", testNackDelay},
+		{"Extend/KeepsHiddenPastLease", testExtend},
+		{"Extend/StaleGarbageGone", testExtendStale},
+		{"DeadLetter/PoisonDeliveredMaxAttemptsTimes", testDeadLetterPoison},
+		{"DeadLetter/RedriveReturnsIt", testRedrive},
+		{"DeadLetter/OptionsValidated", testDeadLetterOptions},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,6 +112,14 @@ func withCleanup(t *testing.T, h Harness) Harness {
 		q := open(t, opts...)
 		t.Cleanup(func() { _ = q.Close() })
 		return q
+	}
+	if sib := h.OpenSibling; sib != nil {
+		h.OpenSibling = func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
+			t.Helper()
+			q := sib(t, name, opts...)
+			t.Cleanup(func() { _ = q.Close() })
+			return q
+		}
 	}
 	return h
 }
@@ -906,4 +932,533 @@ func testNotifier(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	want("a purge", 2)
+}
+
+// ---- Delay ----
+
+func testDelayNotBeforeDue(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	if err := q.Send(ctx, queue.Text("later"), queue.WithDelay(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := q.DB().R.QueryRowContext(ctx, "SELECT MAX(id) FROM messages").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	r := rawMessage(t, q, id)
+	if r.enqueued != start.UnixMilli() || r.visibleAt != start.Add(10*time.Second).UnixMilli() || r.attempt != 0 || r.receipt != nil {
+		t.Fatalf("delayed row: enqueued_at %d visible_at %d attempt %d receipt %v; want %d, %d, 0, NULL",
+			r.enqueued, r.visibleAt, r.attempt, r.receipt, start.UnixMilli(), start.Add(10*time.Second).UnixMilli())
+	}
+	c.Advance(10*time.Second - time.Millisecond)
+	wantEmpty(t, q)
+	c.Advance(time.Millisecond) // due when visible_at <= now
+	m := receiveOne(t, q)
+	if m.Payload.Data != "later" || m.Attempt != 1 || !m.EnqueuedAt.Equal(start) {
+		t.Fatalf("got %q attempt %d enqueued %v; want later, 1, %v", m.Payload.Data, m.Attempt, m.EnqueuedAt, start)
+	}
+	// Zero is no delay at all, and a delay under a millisecond still
+	// delays (visible_at is rounded up).
+	if err := q.Send(ctx, queue.Text("now"), queue.WithDelay(0)); err != nil {
+		t.Fatal(err)
+	}
+	wantTexts(t, receive(t, q, 10), "now")
+	if err := q.Send(ctx, queue.Text("tiny"), queue.WithDelay(time.Nanosecond)); err != nil {
+		t.Fatal(err)
+	}
+	wantEmpty(t, q)
+	c.Advance(time.Millisecond)
+	wantTexts(t, receive(t, q, 10), "tiny")
+}
+
+func testDelayOrder(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	if err := q.Send(ctx, queue.Text("delayed-first"), queue.WithDelay(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Millisecond)
+	sendTexts(t, q, "plain-second")
+	wantTexts(t, receive(t, q, 10, queue.WithVisibility(time.Second)), "plain-second")
+	c.Advance(5 * time.Second)
+	sendTexts(t, q, "plain-third")
+	// Among due messages the order is (enqueued_at, id): the delayed message
+	// was sent first, so it comes before the redelivery and the later send.
+	wantTexts(t, receive(t, q, 10), "delayed-first", "plain-second", "plain-third")
+}
+
+func testDelayLimits(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	if queue.MaxDelay != 12*time.Hour {
+		t.Fatalf("MaxDelay = %s; documented as 12h", queue.MaxDelay)
+	}
+	for _, d := range []time.Duration{-time.Nanosecond, -time.Second, queue.MaxDelay + time.Nanosecond} {
+		wantInvalid(t, q.Send(ctx, queue.Text("x"), queue.WithDelay(d)), "delay", queue.MaxDelay.String())
+		wantInvalid(t, q.SendBatch(ctx, []queue.Payload{queue.Text("x")}, queue.WithDelay(d)), "delay")
+	}
+	if n := rawCount(t, q); n != 0 {
+		t.Fatalf("%d rows after rejected delays; want 0", n)
+	}
+	if err := q.Send(ctx, queue.Text("max"), queue.WithDelay(queue.MaxDelay)); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(queue.MaxDelay - time.Millisecond)
+	wantEmpty(t, q)
+	c.Advance(time.Millisecond)
+	wantTexts(t, receive(t, q, 10), "max")
+}
+
+// ---- Batch ----
+
+func batchOf(n int, prefix string) []queue.Payload {
+	ps := make([]queue.Payload, n)
+	for i := range ps {
+		ps[i] = queue.Text(fmt.Sprintf("%s-%03d", prefix, i))
+	}
+	return ps
+}
+
+func testBatchHundred(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	if queue.MaxSendBatch != 100 {
+		t.Fatalf("MaxSendBatch = %d; want 100", queue.MaxSendBatch)
+	}
+	ps := batchOf(queue.MaxSendBatch, "b")
+	ps[7] = queue.JSON(map[string]int{"seven": 7})
+	if err := q.SendBatch(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := q.DB().R.QueryContext(ctx, "SELECT id, enqueued_at, visible_at FROM messages ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for rows.Next() {
+		var id, enq, vis int64
+		if err := rows.Scan(&id, &enq, &vis); err != nil {
+			t.Fatal(err)
+		}
+		if enq != start.UnixMilli() || vis != enq {
+			t.Errorf("row %d: enqueued_at %d visible_at %d; want both %d", id, enq, vis, start.UnixMilli())
+		}
+		n++
+	}
+	rows.Close()
+	if n != queue.MaxSendBatch {
+		t.Fatalf("%d rows; want %d", n, queue.MaxSendBatch)
+	}
+	var got []queue.Message
+	for len(got) < n {
+		msgs := receive(t, q, queue.MaxReceiveBatch)
+		if len(msgs) == 0 {
+			t.Fatalf("received %d of %d", len(got), n)
+		}
+		for _, m := range msgs {
+			if err := q.Ack(ctx, m.ReceiptHandle); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got = append(got, msgs...)
+	}
+	for i, m := range got {
+		if m.Payload != ps[i] {
+			t.Fatalf("message %d = %v %q; want %v %q (slice order)", i, m.Payload.Type, m.Payload.Data, ps[i].Type, ps[i].Data)
+		}
+		if i > 0 && m.ID <= got[i-1].ID {
+			t.Fatalf("ids not ascending: %d after %d", m.ID, got[i-1].ID)
+		}
+	}
+	// A delayed batch: every message is due together.
+	if err := q.SendBatch(ctx, batchOf(3, "d"), queue.WithDelay(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Minute - time.Millisecond)
+	wantEmpty(t, q)
+	c.Advance(time.Millisecond)
+	wantTexts(t, receive(t, q, 10), "d-000", "d-001", "d-002")
+}
+
+func testBatchLimits(t *testing.T, h Harness) {
+	q := h.Open(t)
+	wantInvalid(t, q.SendBatch(ctx, nil), "batch", "100", "0")
+	wantInvalid(t, q.SendBatch(ctx, []queue.Payload{}), "batch", "0")
+	wantInvalid(t, q.SendBatch(ctx, batchOf(queue.MaxSendBatch+1, "x")), "batch", "101")
+	// One bad payload anywhere rejects the batch before the store is touched.
+	ps := batchOf(queue.MaxSendBatch, "x")
+	ps[50] = queue.Text(strings.Repeat("a", queue.MaxPayloadBytes+1))
+	wantInvalid(t, q.SendBatch(ctx, ps), "payload 50", "65537")
+	ps[50] = queue.Payload{Type: queue.TypeJSON, Data: `{"open":`}
+	wantInvalid(t, q.SendBatch(ctx, ps), "payload 50")
+	if n := rawCount(t, q); n != 0 {
+		t.Fatalf("%d rows after rejected batches; want 0", n)
+	}
+}
+
+func testBatchAllOrNone(t *testing.T, h Harness) {
+	q := h.Open(t)
+	sendTexts(t, q, "before")
+	// A valid payload that the store refuses: a TEMP trigger lives on this
+	// handle's own writer connection only, so the file's schema is unchanged
+	// and nobody else sees it.
+	err := q.DB().Write(ctx, func(tx *sqlstore.Tx) error {
+		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE INSERT ON main.messages
+WHEN NEW.payload_data = 'refused' BEGIN SELECT RAISE(ABORT, 'queuetest: refused insert'); END`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := batchOf(queue.MaxSendBatch, "batch")
+	ps[73] = queue.Text("refused") // inserts 0..72 run before it fails
+	err = q.SendBatch(ctx, ps)
+	if err == nil || !strings.Contains(err.Error(), "refused insert") {
+		t.Fatalf("SendBatch with a refused insert: %v; want the store's error", err)
+	}
+	if !errors.Is(err, bindings.ErrQueueOperationFailed) {
+		t.Errorf("err = %v; want QUEUE_OPERATION_FAILED", err)
+	}
+	if n := rawCount(t, q); n != 1 {
+		t.Fatalf("%d rows after a failed batch; want 1 (the earlier send only: all or none)", n)
+	}
+	// A batch cut off by its context mid-way leaves none either.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := q.SendBatch(cctx, batchOf(10, "cancelled")); err == nil {
+		t.Fatal("SendBatch with a cancelled context succeeded")
+	}
+	if n := rawCount(t, q); n != 1 {
+		t.Fatalf("%d rows after a cancelled batch; want 1", n)
+	}
+	err = q.DB().Write(ctx, func(tx *sqlstore.Tx) error {
+		_, err := tx.Exec(ctx, `DROP TRIGGER temp.queuetest_fail`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SendBatch(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	if n := rawCount(t, q); n != 1+queue.MaxSendBatch {
+		t.Fatalf("%d rows; want %d", n, 1+queue.MaxSendBatch)
+	}
+}
+
+// ---- Nack with delay ----
+
+func testNackDelay(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	sendTexts(t, q, "a", "b")
+	first := receiveOne(t, q)
+	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(-time.Second)), "delay")
+	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(queue.MaxDelay+1)), "delay")
+	if r := rawMessage(t, q, first.ID); r.visibleAt != start.Add(queue.DefaultVisibility).UnixMilli() {
+		t.Fatalf("visible_at %d after rejected nacks; want the lease end unchanged", r.visibleAt)
+	}
+	c.Advance(time.Second)
+	if err := q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := rawMessage(t, q, first.ID)
+	if r.attempt != 1 || r.visibleAt != c.Now().Add(10*time.Second).UnixMilli() {
+		t.Fatalf("after nack: attempt %d visible_at %d; want 1 and now + 10 s (%d)", r.attempt, r.visibleAt, c.Now().Add(10*time.Second).UnixMilli())
+	}
+	wantTexts(t, receive(t, q, 10, queue.WithVisibility(time.Minute)), "b") // a backs off
+	c.Advance(10*time.Second - time.Millisecond)
+	wantEmpty(t, q)
+	c.Advance(time.Millisecond)
+	again := receiveOne(t, q)
+	if again.ID != first.ID || again.Attempt != 2 || again.ReceiptHandle == first.ReceiptHandle {
+		t.Fatalf("redelivery id %d attempt %d; want id %d attempt 2 with a new receipt", again.ID, again.Attempt, first.ID)
+	}
+	checkReceipt(t, q, again)
+	// A stale nack with a delay changes nothing either.
+	wantStale(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(time.Second)), "Nack")
+}
+
+// ---- Extend ----
+
+func testExtend(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	other := openClocked(t, h, c)
+	sendTexts(t, q, "slow")
+	m := receiveOne(t, q, queue.WithVisibility(time.Second))
+	c.Advance(800 * time.Millisecond)
+	if err := q.Extend(ctx, m.ReceiptHandle, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := rawMessage(t, q, m.ID); r.visibleAt != c.Now().Add(2*time.Second).UnixMilli() || r.attempt != 1 {
+		t.Fatalf("after extend: visible_at %d attempt %d; want now + 2 s (%d), 1", r.visibleAt, r.attempt, c.Now().Add(2*time.Second).UnixMilli())
+	}
+	c.Advance(time.Second) // past the original lease end
+	wantEmpty(t, q)
+	wantEmpty(t, other)
+	// The receipt is still the current one: extend again, then ack.
+	if err := other.Extend(ctx, m.ReceiptHandle, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(59 * time.Second)
+	wantEmpty(t, other)
+	if err := q.Ack(ctx, m.ReceiptHandle); err != nil {
+		t.Fatalf("ack after extends: %v", err)
+	}
+	if n := rawCount(t, q); n != 0 {
+		t.Fatalf("%d rows; want 0", n)
+	}
+	// Without an extend the message comes back when its lease ends.
+	sendTexts(t, q, "fast")
+	m = receiveOne(t, q, queue.WithVisibility(time.Second))
+	c.Advance(time.Second)
+	if again := receiveOne(t, other); again.ID != m.ID || again.Attempt != 2 {
+		t.Fatalf("redelivery id %d attempt %d; want %d, 2", again.ID, again.Attempt, m.ID)
+	}
+}
+
+func testExtendStale(t *testing.T, h Harness) {
+	c := newClock()
+	q := openClocked(t, h, c)
+	sendTexts(t, q, "a")
+	old := receiveOne(t, q, queue.WithVisibility(time.Second))
+	c.Advance(time.Second)
+	cur := receiveOne(t, q, queue.WithVisibility(time.Second))
+	wantStale(t, q.Extend(ctx, old.ReceiptHandle, time.Minute), "Extend")
+	wantStale(t, q.Ack(ctx, old.ReceiptHandle), "Ack")
+	if r := rawMessage(t, q, cur.ID); r.visibleAt != c.Now().Add(time.Second).UnixMilli() {
+		t.Fatalf("visible_at %d after a stale extend; want the current lease end %d", r.visibleAt, c.Now().Add(time.Second).UnixMilli())
+	}
+	for _, d := range []time.Duration{0, -time.Second, queue.MaxVisibility + 1} {
+		wantInvalid(t, q.Extend(ctx, cur.ReceiptHandle, d), "extend", queue.MaxVisibility.String())
+	}
+	// Extend cannot succeed by doing nothing: a garbage receipt is invalid
+	// input, and a message that is gone is an error.
+	for _, r := range []string{"nope", "", "1:not-a-uuid", cur.ReceiptHandle + " "} {
+		wantInvalid(t, q.Extend(ctx, r, time.Minute), "receipt")
+	}
+	if err := q.Ack(ctx, cur.ReceiptHandle); err != nil {
+		t.Fatal(err)
+	}
+	err := q.Extend(ctx, cur.ReceiptHandle, time.Minute)
+	if !errors.Is(err, queue.ErrMessageGone) || !errors.Is(err, bindings.ErrQueueOperationFailed) {
+		t.Fatalf("Extend of an acked message: %v; want ErrMessageGone, QUEUE_OPERATION_FAILED", err)
+	}
+}
+
+// ---- Dead letters ----
+
+func needSibling(t *testing.T, h Harness) {
+	t.Helper()
+	if h.OpenSibling == nil {
+		t.Skip("the harness has no OpenSibling: dead letters need a second store")
+	}
+}
+
+func testDeadLetterPoison(t *testing.T, h Harness) {
+	needSibling(t, h)
+	c := newClock()
+	dlq := h.OpenSibling(t, "dlq", queue.WithClock(c.Now))
+	q := openClocked(t, h, c, queue.WithBindingName("orders"), queue.WithDeadLetter(3, dlq.Location()))
+	// A second handle with the same policy: the limit is the message's, not
+	// a handle's.
+	q2 := openClocked(t, h, c, queue.WithBindingName("orders"), queue.WithDeadLetter(3, dlq.Location()))
+	poison := queue.Text("poison\t✓ \"quoted\" \\ trailing space ")
+	payloadJSON := queue.JSON(json.RawMessage(`{"b":[1,2.50,"x"],"a":null}`))
+	send(t, q, poison)
+	c.Advance(time.Millisecond)
+	send(t, q, payloadJSON)
+	c.Advance(time.Millisecond)
+	sendTexts(t, q, "healthy")
+	first := receiveOne(t, q) // the others wait behind
+	if first.Payload != poison {
+		t.Fatalf("first delivery %q; want the poison", first.Payload.Data)
+	}
+	if err := q.Nack(ctx, first.ReceiptHandle); err != nil {
+		t.Fatal(err)
+	}
+
+	var last queue.Message
+	var deliveries int
+	for i := range 6 {
+		h := []*queue.Queue{q, q2}[i%2]
+		var got []queue.Message
+		for _, m := range receive(t, h, 10) {
+			if m.Payload.Data == poison.Data {
+				got = append(got, m)
+			} else if m.Payload.Data == "healthy" {
+				if err := h.Ack(ctx, m.ReceiptHandle); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := h.Nack(ctx, m.ReceiptHandle); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range got {
+			deliveries++
+			last = m
+			if m.Attempt != deliveries+1 {
+				t.Fatalf("delivery %d has attempt %d", deliveries+1, m.Attempt)
+			}
+			if err := h.Nack(ctx, m.ReceiptHandle); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if deliveries != 2 { // the first delivery was the receive before the loop
+		t.Fatalf("poison delivered %d times; want exactly 3", deliveries+1)
+	}
+	// Both poison and the json message (nacked 3 times too) are gone from
+	// the queue; a stale receipt of the last delivery stays stale.
+	if n := rawCount(t, q); n != 0 {
+		t.Fatalf("%d rows left in the queue; want 0", n)
+	}
+	if err := q.Ack(ctx, last.ReceiptHandle); err != nil {
+		t.Fatalf("ack of the last receipt after the move: %v; want a no-op success (the message is gone)", err)
+	}
+
+	peeked, err := dlq.Peek(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(peeked) != 2 {
+		t.Fatalf("DLQ holds %d messages; want 2", len(peeked))
+	}
+	p := peeked[0]
+	if p.Payload.Type != poison.Type || p.Payload.Data != poison.Data {
+		t.Fatalf("dead letter payload %q %q; want %q %q byte for byte", p.Payload.Type, p.Payload.Data, poison.Type, poison.Data)
+	}
+	if peeked[1].Payload != payloadJSON {
+		t.Fatalf("dead letter payload %q; want %q byte for byte", peeked[1].Payload.Data, payloadJSON.Data)
+	}
+	o := p.Origin
+	if o == nil {
+		t.Fatal("dead letter has no origin")
+	}
+	if o.Store != q.Location() || o.Binding != "orders" || o.ID != last.ID || o.Attempts != 3 ||
+		o.LastReceipt != last.ReceiptHandle || !o.EnqueuedAt.Equal(start) || !o.MovedAt.Equal(c.Now()) {
+		t.Fatalf("origin %+v; want store %s, binding orders, id %d, 3 attempts, last receipt %s, enqueued %v, moved %v",
+			*o, q.Location(), last.ID, last.ReceiptHandle, start, c.Now())
+	}
+	if p.Attempt != 0 || p.Delivered || !p.VisibleAt.Equal(c.Now()) || p.Moving {
+		t.Fatalf("dead letter attempt %d delivered %v visible %v moving %v; want a fresh message due now", p.Attempt, p.Delivered, p.VisibleAt, p.Moving)
+	}
+	st, err := dlq.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeadLetters != 2 || st.Due != 2 || len(st.Origins) != 1 || st.Origins[0].Binding != "orders" || st.Origins[0].Count != 2 {
+		t.Fatalf("DLQ stats %+v; want 2 dead letters from orders", st)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.Total != 0 || st.Moving != 0 || st.DeadLetters != 0 {
+		t.Fatalf("queue stats %+v, %v; want empty, nothing moving", st, err)
+	}
+	// The dead letter is a plain message of the DLQ: received, attempt 1.
+	dm := receiveOne(t, dlq)
+	if dm.ID != p.ID || dm.Attempt != 1 || dm.Payload.Data != poison.Data {
+		t.Fatalf("DLQ receive = id %d attempt %d %q; want %d, 1, the poison", dm.ID, dm.Attempt, dm.Payload.Data, p.ID)
+	}
+}
+
+func testRedrive(t *testing.T, h Harness) {
+	needSibling(t, h)
+	c := newClock()
+	dlq := h.OpenSibling(t, "dlq", queue.WithClock(c.Now), queue.WithBindingName("orders-dlq"))
+	q := openClocked(t, h, c, queue.WithBindingName("orders"), queue.WithDeadLetter(1, dlq.Location()))
+	sendTexts(t, q, "p0", "p1", "p2")
+	for _, m := range receive(t, q, 10) {
+		if err := q.Nack(ctx, m.ReceiptHandle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantEmpty(t, q) // the second delivery would exceed maxAttempts 1
+	if n := rawCount(t, dlq); n != 3 {
+		t.Fatalf("DLQ has %d messages; want 3", n)
+	}
+	// Sent to the DLQ directly: no origin, redriven only with RedriveTo.
+	sendTexts(t, dlq, "orphan")
+	// One in flight in the DLQ stays there.
+	held := receiveOne(t, dlq, queue.WithVisibility(time.Minute))
+	wantTexts(t, []queue.Message{held}, "p0")
+
+	if _, err := dlq.Redrive(ctx, queue.RedriveMax(0)); !errors.Is(err, bindings.ErrInvalidInput) {
+		t.Fatalf("RedriveMax(0): %v; want INVALID_INPUT", err)
+	}
+	if _, err := dlq.Redrive(ctx, queue.RedriveTo(dlq.Location())); !errors.Is(err, bindings.ErrInvalidInput) {
+		t.Fatalf("RedriveTo(itself): %v; want INVALID_INPUT", err)
+	}
+	res, err := dlq.Redrive(ctx, queue.RedriveMax(1))
+	if err != nil || res.Moved != 1 {
+		t.Fatalf("Redrive(max 1) = %+v, %v; want 1 moved", res, err)
+	}
+	res, err = dlq.Redrive(ctx)
+	if err != nil || res.Moved != 1 || res.Skipped != 1 {
+		t.Fatalf("Redrive = %+v, %v; want 1 moved, 1 skipped (the orphan)", res, err)
+	}
+	msgs := receive(t, q, 10)
+	wantTexts(t, msgs, "p1", "p2")
+	for _, m := range msgs {
+		if m.Attempt != 1 {
+			t.Fatalf("redriven %s has attempt %d; want 1: attempts are counted afresh", m.Payload.Data, m.Attempt)
+		}
+		if !m.EnqueuedAt.Equal(c.Now()) {
+			t.Errorf("redriven %s enqueued at %v; want the redrive time %v", m.Payload.Data, m.EnqueuedAt, c.Now())
+		}
+	}
+	// Afresh means the policy applies again: nacked once more, they return.
+	for _, m := range msgs {
+		if err := q.Nack(ctx, m.ReceiptHandle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantEmpty(t, q)
+	peeked, err := dlq.Peek(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range peeked {
+		got = append(got, p.Payload.Data)
+	}
+	if strings.Join(got, ",") != "p0,orphan,p1,p2" {
+		t.Fatalf("DLQ holds %v; want p0 (in flight), orphan, then p1, p2 back again", got)
+	}
+	// The orphan goes where RedriveTo says; the in-flight p0 stays.
+	other := h.OpenSibling(t, "other", queue.WithClock(c.Now))
+	res, err = dlq.Redrive(ctx, queue.RedriveTo(other.Location()))
+	if err != nil || res.Moved != 3 {
+		t.Fatalf("Redrive(to other) = %+v, %v; want 3 moved", res, err)
+	}
+	wantTexts(t, receive(t, other, 10), "orphan", "p1", "p2")
+	if n := rawCount(t, dlq); n != 1 {
+		t.Fatalf("DLQ has %d messages; want 1 (p0, in flight)", n)
+	}
+	if err := dlq.Ack(ctx, held.ReceiptHandle); err != nil {
+		t.Fatalf("ack of the in-flight dead letter: %v", err)
+	}
+	if res, err := dlq.Redrive(ctx); err != nil || res != (queue.RedriveResult{}) {
+		t.Fatalf("Redrive of an empty DLQ = %+v, %v; want nothing", res, err)
+	}
+}
+
+func testDeadLetterOptions(t *testing.T, h Harness) {
+	needSibling(t, h)
+	dlq := h.OpenSibling(t, "dlq")
+	q := h.Open(t)
+	for _, n := range []int{0, -1, queue.MaxAttemptsLimit + 1} {
+		_, err := queue.Open(ctx, t.TempDir(), queue.WithDeadLetter(n, dlq.Location()))
+		wantInvalid(t, err, "maxAttempts")
+	}
+	_, err := queue.Open(ctx, t.TempDir(), queue.WithDeadLetter(3, ""))
+	wantInvalid(t, err, "dead-letter queue")
+	// A queue cannot be its own dead-letter queue.
+	loc := q.Location()
+	if name, ok := strings.CutPrefix(loc, queue.MemoryPrefix); ok {
+		_, err = queue.OpenMemory(ctx, name, queue.WithDeadLetter(3, loc))
+	} else {
+		_, err = queue.Open(ctx, loc, queue.WithDeadLetter(3, loc))
+	}
+	wantInvalid(t, err, "dead-letter queue", "itself")
 }
