@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -312,5 +313,50 @@ func TestReadOnly(t *testing.T) {
 	}
 	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.ReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
 		t.Fatalf("read-only open of a missing store = %v", err)
+	}
+}
+
+// A writer that does not take localcloud's lock file (another program) holds
+// the database's write lock; a Put waits for it instead of failing.
+func TestWaitsForForeignWriter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := kv.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := rawDB(t, filepath.Join(dir, kv.FileName))
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO kv (key, value) VALUES ('foreign', X'01')`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(ctx, "ours", []byte("v"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Put returned while another connection held the write lock: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Put after the foreign commit: %v", err)
+	}
+	for _, k := range []string{"foreign", "ours"} {
+		if ok, err := s.Exists(ctx, k); err != nil || !ok {
+			t.Errorf("Exists(%s) = %v, %v", k, ok, err)
+		}
 	}
 }
