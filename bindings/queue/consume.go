@@ -53,9 +53,11 @@ func BatchSize(n int) ConsumeOption {
 }
 
 // ConsumeVisibility sets the lease of every message Consume claims,
-// MinVisibility..MaxVisibility: a handler that runs longer than this may see
-// its message delivered to another consumer, and its ack then fails as
-// stale. Defaults to the queue's default visibility.
+// MinVisibility..MaxVisibility. While a handler runs, Consume extends its
+// message's lease by this much every third of it, so a slow handler keeps
+// its message; the lease only runs out when the process stops extending it
+// (it died, or the store was unwritable for a whole lease). Defaults to the
+// queue's default visibility.
 func ConsumeVisibility(d time.Duration) ConsumeOption {
 	return func(o *consumeOptions) { o.visibility = d }
 }
@@ -110,6 +112,11 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // messages as there are idle workers, so nothing it claims waits for a
 // worker while its lease runs. Between wake-ups it does not poll the store,
 // so an idle consumer uses no CPU.
+//
+// While a handler runs, its message's lease is extended (Extend) every third
+// of the visibility timeout, until the handler returns; the ack or nack is
+// written after the last extension. A handler that hangs therefore holds
+// its message until its process exits: give handlers their own timeouts.
 //
 // When ctx ends, Consume stops claiming, waits for the handlers in flight to
 // return and acks or nacks their messages, then returns nil. Handlers
@@ -271,7 +278,9 @@ func (c *consumer) work() {
 // are not cancelled with Consume's ctx, so a finished message is settled.
 func (c *consumer) process(m Message) {
 	log := c.o.log
+	stop := c.keepLease(m)
 	err := c.call(m)
+	stop()
 	var pe *panicError
 	switch {
 	case err == nil:
@@ -284,6 +293,53 @@ func (c *consumer) process(m Message) {
 	}
 	if nerr := retryBusy(c.hctx, func(ctx context.Context) error { return c.q.Nack(ctx, m.ReceiptHandle) }); nerr != nil {
 		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
+	}
+}
+
+// keepLease extends m's lease by the visibility timeout every third of it
+// until stop is called. stop cuts an extension in progress short and waits
+// for it, so no extension is written after the ack or nack that follows
+// (one would undo a nack). A stale receipt or a message that is gone ends
+// the extensions; other failures are logged and tried again at the next
+// tick.
+func (c *consumer) keepLease(m Message) (stop func()) {
+	every := c.o.visibility / 3
+	ctx, cancel := context.WithCancel(c.hctx)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	extend := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		err := retryBusy(ctx, func(ctx context.Context) error {
+			return c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
+		})
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
+			c.o.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+			return
+		default:
+			c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		}
+		timer.Reset(every)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, extend)
+	mu.Unlock()
+	return func() {
+		cancel()
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
 	}
 }
 

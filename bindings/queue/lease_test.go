@@ -1,0 +1,135 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+)
+
+// TestConsumeExtendsLeaseOfLongHandler: a handler that runs for many
+// leases keeps its message: no other consumer gets it meanwhile, and its
+// ack succeeds.
+func TestConsumeExtendsLeaseOfLongHandler(t *testing.T) {
+	t.Parallel()
+	const lease = 150 * time.Millisecond
+	dir := t.TempDir()
+	var log hwLog
+	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll), queue.WithLogger(log.logger()))
+	other := hwOpen(t, dir)
+	if err := q.Send(context.Background(), queue.Text("slow")); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan queue.Message, 1)
+	release := make(chan struct{})
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		started <- m
+		<-release
+		return nil
+	}, queue.ConsumeVisibility(lease))
+	var m queue.Message
+	select {
+	case m = <-started:
+	case <-time.After(hwTimeout):
+		t.Fatal("handler never started")
+	}
+	// Five leases long, another consumer finds nothing due.
+	got, err := other.ReceiveWait(context.Background(), 1, 5*lease)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("another consumer received %d messages (%v) while the handler ran; want none", len(got), err)
+	}
+	if v := hwVisibleAt(t, other, m.ID); !v.After(time.Now()) {
+		t.Fatalf("visible_at %v is not in the future while the handler runs", v)
+	}
+	close(release)
+	hwCheckFor(t, hwTimeout, "the message acked", func() bool { return hwCount(t, q) == 0 })
+	if s := log.String(); strings.Contains(s, "lease") || strings.Contains(s, "ack failed") {
+		t.Fatalf("unexpected warnings:\n%s", s)
+	}
+}
+
+// TestConsumeStopsExtendingWhenHandlerReturns: once the handler returned
+// (here with an error, so the message is nacked and due at once), no
+// extension is written any more: the redelivery comes at once, not a lease
+// later.
+func TestConsumeStopsExtendingWhenHandlerReturns(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second // extended every second
+	q := hwOpen(t, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	if err := q.Send(context.Background(), queue.Text("flaky")); err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		attempt    int
+		start, end time.Time
+	}
+	calls := make(chan call, 2)
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		c := call{attempt: m.Attempt, start: time.Now()}
+		if m.Attempt == 1 {
+			time.Sleep(lease/3 + 300*time.Millisecond) // outlive one extension
+			c.end = time.Now()
+			calls <- c
+			return errors.New("fail once")
+		}
+		calls <- c
+		return nil
+	}, queue.ConsumeVisibility(lease))
+	var first, second call
+	for _, c := range []*call{&first, &second} {
+		select {
+		case *c = <-calls:
+		case <-time.After(hwTimeout):
+			t.Fatal("handler not called twice")
+		}
+	}
+	if second.attempt != 2 {
+		t.Fatalf("second call attempt %d; want 2", second.attempt)
+	}
+	if d := second.start.Sub(first.end); d > lease/2 {
+		t.Fatalf("redelivered %s after the nack; want at once (an extension overtook the nack?)", d)
+	}
+	hwCheckFor(t, hwTimeout, "the message acked", func() bool { return hwCount(t, q) == 0 })
+}
+
+// TestDelayedMessageWakesConsume: a Consume that polls only every 30 s
+// handles a delayed message right when it comes due, both when the message
+// was sent before Consume started and when it is sent while Consume waits
+// (the send wakes it to re-arm its timer on the earliest visible_at).
+func TestDelayedMessageWakesConsume(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	q := hwOpen(t, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	ctx := context.Background()
+	// A lower bound of the due time: enqueued_at is read inside Send.
+	dueBefore := time.Now().Add(delay)
+	if err := q.Send(ctx, queue.Text("before"), queue.WithDelay(delay)); err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan time.Time, 2)
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		handled <- time.Now()
+		return nil
+	})
+	check := func(what string, due time.Time) {
+		t.Helper()
+		select {
+		case at := <-handled:
+			if d := at.Sub(due); d < -time.Millisecond || d > time.Second {
+				t.Fatalf("%s: handled %s after its due time; want 0..1s", what, d)
+			}
+		case <-time.After(hwTimeout):
+			t.Fatalf("%s: never handled", what)
+		}
+	}
+	check("sent before Consume", dueBefore)
+	hwCheckFor(t, hwTimeout, "Consume waiting", func() bool { return queue.ExportWaiting(q) == 1 })
+	dueDuring := time.Now().Add(delay)
+	if err := q.Send(ctx, queue.Text("during"), queue.WithDelay(delay)); err != nil {
+		t.Fatal(err)
+	}
+	check("sent while Consume waits", dueDuring)
+}
