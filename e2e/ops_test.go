@@ -34,6 +34,8 @@ func opsAppMain(mode string) (code int, ok bool) {
 	switch mode {
 	case "kv-writer":
 		return kvWriter(os.Getenv(envStoreDir)), true
+	case "kv-hold":
+		return kvHold(os.Getenv(envStoreDir)), true
 	}
 	return 0, false
 }
@@ -66,6 +68,27 @@ func kvWriter(dir string) int {
 		fmt.Println(key)
 	}
 	return 0
+}
+
+// kvHold opens (creating it) the KV store in dir, prints "open" and holds
+// the handle, idle, until SIGTERM: a connection that switched a new file to
+// WAL and did nothing since holds neither -wal, -shm nor a lock.
+func kvHold(dir string) int {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	s, err := kv.Open(context.Background(), dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hold:", err)
+		return 3
+	}
+	defer s.Close()
+	fmt.Println("open")
+	select {
+	case <-stop:
+		return 0
+	case <-time.After(60 * time.Second): // a bound for a lost test
+		return 1
+	}
 }
 
 // lc runs localcloud with stdin (nil for none) to completion.
@@ -596,5 +619,43 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if es, _ := os.ReadDir(tmp); len(es) != 0 {
 		t.Errorf("bench left %v in its temp dir", es)
+	}
+}
+
+func TestRestoreRefusedWhileAnAppHoldsTheStore(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, opsBindings)
+	storeDir := filepath.Join(s.dataDir(), "kv", "carts")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = environ(envAppMode+"=kv-hold", envStoreDir+"="+storeDir)
+	app := startCmd(t, cmd)
+	poll(t, eventTimeout, "the app to open the store", func() bool { return app.stdout.String() == "open\n" || app.exited() })
+	if app.exited() {
+		t.Fatalf("app exited: %s", app.stderr())
+	}
+	backup := filepath.Join(s.dir, "carts.sqlite")
+	lcOK(t, nil, "backup", "carts", backup, "-f", s.file)
+	before := hashFile(t, filepath.Join(storeDir, kv.FileName)) // the app has no SQLite lock to lose
+
+	code, stdout, stderr := lc(t, nil, "restore", "carts", backup, "-f", s.file)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "store is open in another process") ||
+		!strings.Contains(stderr, fmt.Sprintf("pid %d", app.pid())) || !strings.Contains(stderr, "Try: stop the apps that use carts") {
+		t.Fatalf("restore while an app holds the store: exit %d\n%s", code, stderr)
+	}
+	if hashFile(t, filepath.Join(storeDir, kv.FileName)) != before {
+		t.Error("the refused restore changed the database file")
+	}
+	if m, _ := filepath.Glob(filepath.Join(storeDir, "*replaced*")); len(m) != 0 {
+		t.Errorf("the refused restore left %v", m)
+	}
+
+	app.signal(syscall.SIGTERM)
+	if code := app.waitExit(eventTimeout); code != 0 {
+		t.Fatalf("app exit %d: %s", code, app.stderr())
+	}
+	var r restoreOut
+	decode(t, "restore", lcOK(t, nil, "restore", "carts", backup, "-f", s.file, "--json"), &r)
+	if !exists(r.Replaced) {
+		t.Errorf("restore after the app stopped: %+v", r)
 	}
 }

@@ -144,10 +144,11 @@ checkpoints the live store into its database file and gives it a second name,
 step. The replaced store stays beside it; delete it when no longer needed.
 
 Limits: restore refuses (and changes nothing) when another process has the
-store open, which it sees from the -wal/-shm files SQLite keeps while any
-connection is open. A process that opens the store during the swap keeps
-reading the old file until it reopens it. Stop the apps that use the binding
-first.
+store open, which it sees from the -wal/-shm files SQLite keeps while a
+connection is open and, on Linux, from /proc (naming the pid; processes of
+other users are not visible). A process that opens the store during the swap
+keeps reading the old file until it reopens it. Stop the apps that use the
+binding first.
 
 Examples:
   localcloud restore carts backups/carts-20250102T030405Z.sqlite

@@ -43,9 +43,10 @@ type RestoreResult struct {
 // is done), Restore copies src into a temporary file in dir with VACUUM
 // INTO, verifies the copy, switches it to WAL, checkpoints the live
 // database (PRAGMA wal_checkpoint(TRUNCATE)) and closes it, and refuses
-// with ErrStoreInUse if its -wal or -shm file is still there afterwards:
-// SQLite removes them when the last connection closes, so another process
-// has the store open. Finally it hard-links the live file to the replaced
+// with ErrStoreInUse if another process has the store open: its -wal or
+// -shm file is still there afterwards (SQLite removes them when the last
+// connection closes), or, on Linux, /proc shows a process holding the file.
+// Finally it hard-links the live file to the replaced
 // name and renames the copy over the live name, so the path always holds a
 // complete database.
 //
@@ -119,11 +120,8 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 		if err := checkpointAndClose(ctx, live); err != nil {
 			return res, fmt.Errorf("restore %s: %w", live, err)
 		}
-		for _, side := range []string{live + "-wal", live + "-shm"} {
-			if _, err := os.Stat(side); err == nil {
-				return res, fmt.Errorf("restore %s: %w: %s is still there after the last connection of this process closed; stop the apps that use the store and retry",
-					live, ErrStoreInUse, filepath.Base(side))
-			}
+		if err := notInUse(live); err != nil {
+			return res, fmt.Errorf("restore %s: %w", live, err)
 		}
 		if res.Replaced, err = keepReplaced(live, now); err != nil {
 			return res, fmt.Errorf("restore %s: keep the replaced database: %w", live, err)
@@ -138,6 +136,36 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 		return res, fmt.Errorf("restore %s: %w", live, err)
 	}
 	return res, nil
+}
+
+// holder is a process that has a file open.
+type holder struct {
+	pid  int
+	name string
+}
+
+// notInUse fails with ErrStoreInUse when another process has the live
+// database open. Two signs: SQLite keeps -wal and -shm while any connection
+// that has read the WAL is open (the last one to close removes them); and,
+// on Linux, a process holding the file itself, seen in /proc, which also
+// catches a connection that switched the file to WAL and has been idle since
+// (it holds no -wal, -shm or lock).
+func notInUse(live string) error {
+	for _, side := range []string{live + "-wal", live + "-shm"} {
+		if _, err := os.Stat(side); err == nil {
+			return fmt.Errorf("%w: %s is still there after the last connection of this process closed; stop the apps that use the store and retry",
+				ErrStoreInUse, filepath.Base(side))
+		}
+	}
+	hs, err := holders(live)
+	if err != nil || len(hs) == 0 {
+		return nil // nothing seen; the -wal/-shm check stands alone
+	}
+	var names []string
+	for _, h := range hs {
+		names = append(names, fmt.Sprintf("pid %d (%s)", h.pid, h.name))
+	}
+	return fmt.Errorf("%w: %s; stop it and retry", ErrStoreInUse, strings.Join(names, ", "))
 }
 
 // lockForRestore takes the store's write lock file exclusively, waiting at

@@ -1,0 +1,55 @@
+//go:build linux
+
+package sqlstore
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// holders returns the other processes (pid and command name) that have
+// path open, found by stat(2) of every /proc/<pid>/fd/<n> link this user
+// may read, compared by device and inode. path is never opened. Processes
+// of other users are not visible.
+func holders(path string) ([]holder, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	target, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, nil
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	var out []holder
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		fdDir := filepath.Join("/proc", p.Name(), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue // gone, or another user's
+		}
+		for _, fd := range fds {
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) != nil {
+				continue
+			}
+			if st.Dev == target.Dev && st.Ino == target.Ino {
+				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
+				out = append(out, holder{pid: pid, name: strings.TrimSpace(string(comm))})
+				break
+			}
+		}
+	}
+	return out, nil
+}
