@@ -747,8 +747,12 @@ func printBench(w io.Writer, r benchResultJSON) {
 	if r.Processes == 1 {
 		s = ""
 	}
-	fmt.Fprintf(w, "bench %s: %s, %d workers x %d process%s, batch %d, durability %s, %d CPUs\n",
-		r.Kind, time.Duration(r.DurationMillis)*time.Millisecond, r.Workers, r.Processes, s, r.Batch, r.Durability, r.CPUs)
+	batch := ""
+	if r.Kind == "queue" {
+		batch = fmt.Sprintf(", batch %d", r.Batch)
+	}
+	fmt.Fprintf(w, "bench %s: %s, %d workers x %d process%s%s, durability %s, %d CPUs\n",
+		r.Kind, time.Duration(r.DurationMillis)*time.Millisecond, r.Workers, r.Processes, s, batch, r.Durability, r.CPUs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OP\tCOUNT\tOPS/S\tP50\tP99\tMAX\tERRORS\t\t")
 	for _, o := range r.Ops {

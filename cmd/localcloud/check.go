@@ -70,11 +70,14 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 		bs = st.Bindings
 	}
 	for _, name := range pos {
-		_, b, err := c.app.findBinding(*file, name, "")
-		if err != nil {
-			return err
+		b, ok := st.Binding(name)
+		if !ok {
+			return &hintError{
+				err: fmt.Errorf("stack file %s has no binding called %q", st.File, name),
+				try: "localcloud validate -f " + st.File + " lists the bindings",
+			}
 		}
-		bs = append(bs, b)
+		bs = append(bs, *b)
 	}
 	out := checkJSON{Stores: []checkStoreJSON{}}
 	for _, b := range bs {

@@ -6,6 +6,14 @@
 //	localcloud env       print the environment an app needs to find its bindings
 //	localcloud run       run a command with that environment
 //	localcloud status    show whether up runs and the state of each binding
+//	localcloud kv        get, put, delete, exists, scan the keys of a KV binding
+//	localcloud queue     send, receive, ack, nack, purge, peek, stats a queue binding
+//	localcloud check     verify every store read-only: marker, schema, integrity, modes
+//	localcloud backup    write a verified online snapshot of a binding's store
+//	localcloud restore   replace a binding's store with a backup (up must be stopped)
+//	localcloud bench     measure KV and queue throughput and latency
+//
+// docs/CLI.md documents the store commands and their --json output.
 //
 // Exit codes: 0 success, 1 failure, 2 a usage mistake. `run` exits with its
 // command's code instead.
