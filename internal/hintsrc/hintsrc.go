@@ -73,11 +73,19 @@ var (
 // commit is visible to other connections (it becomes so when the wal-index
 // in -shm, which raises no event, is updated; with synchronous=FULL only
 // after an fsync of a millisecond or so), and no later event may come. So
-// after an event the queue is looked at again after 1 ms, then 2, 4, 8 and
-// 16 ms more while nothing changes; a re-check that sees a change starts
-// over at 1 ms, as more commits may be on their way.
+// after an event the queue is looked at again after 1 ms, then 2, 4, ...
+// 512 ms more while nothing changes (about 1 s in all); a re-check that sees
+// a change starts over at 1 ms, as more commits may be on their way.
+//
+// Why so far: on a loaded machine the writer can be descheduled between its
+// -wal writes and the wal-index update. Measured with 2 cores and ~20 busy
+// processes, commits became visible up to 0.5-1 s after their event; re-checks
+// that stopped at 31 ms lost those hints. Past ~1 s a consumer's default
+// fallback poll (1 s) has looked anyway. A re-check is one PRAGMA
+// data_version on a connection already open, so the tail costs nothing.
 var settleSteps = [...]time.Duration{
 	time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
+	32 * time.Millisecond, 64 * time.Millisecond, 128 * time.Millisecond, 256 * time.Millisecond, 512 * time.Millisecond,
 }
 
 // The statements run on a queue's dedicated connection. Both use the spec's

@@ -1,0 +1,81 @@
+package hintsrc
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// TestCommitVisibleLongAfterItsEventIsHinted: inotify reports a foreign
+// commit's -wal writes before the commit is visible, and on a loaded
+// machine the writer can be descheduled in between for hundreds of
+// milliseconds (measured: up to 0.5-1 s with 2 cores and ~20 busy
+// processes). No later event comes, so the re-checks after the event must
+// reach that far.
+func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := notify.StartServer(ctx, notify.ServerOptions{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	subject := notify.Subject("test", "late")
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := notify.NewPublisher(nc, notify.PublisherOptions{})
+	t.Cleanup(pub.Close)
+	src, err := New(Options{Publisher: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+
+	dir := t.TempDir()
+	q, err := queue.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	if err := src.Add("late", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	// From here the directory raises no events, so the commit below is seen
+	// only by the re-checks that follow the one event we report by hand.
+	if err := src.dw.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	src.changed(dir)
+	// The writer's pause between its -wal writes and its commit becoming
+	// visible: the scenario itself, not a synchronisation.
+	time.Sleep(300 * time.Millisecond)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	now := time.Now().UnixMilli()
+	if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(2 * time.Second)
+	if err != nil {
+		t.Fatalf("no hint for a commit visible 300 ms after its event: %v", err)
+	}
+	if h, err := notify.ParseHint(m.Data); err != nil || h.Due != 1 {
+		t.Fatalf("hint %s (%v), want due 1", m.Data, err)
+	}
+}
