@@ -105,6 +105,9 @@ func appMain(mode string) int {
 	if code, ok := opsAppMain(mode); ok { // ops_test.go
 		return code
 	}
+	if code, ok := hintsAppMain(mode); ok { // hints_test.go
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "app: unknown mode %q\n", mode)
 	return 2
 }
