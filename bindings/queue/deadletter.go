@@ -113,8 +113,6 @@ const (
 	// moveTimeout bounds the steps 2 and 3 of a move, which run whether or
 	// not the caller's context ends.
 	moveTimeout = 30 * time.Second
-	// maxMovesPerClaim caps the dead letters one claim transaction starts.
-	maxMovesPerClaim = 100
 	// moveBatch is how many intents recovery (and redrive) take at a time.
 	moveBatch = 100
 )
@@ -483,6 +481,10 @@ func (q *Queue) maybeRecover(ctx context.Context) {
 		q.hints.log.Warn("queue: cannot finish an interrupted move; retrying", logKeyStore, q.Path(), logKeyErr, err)
 	}
 }
+
+// maxMovesPerClaim caps the dead letters one claim transaction starts. A
+// variable for the crash test, which wants many small moves.
+var maxMovesPerClaim = 100
 
 // procStart anchors maybeRecover's monotonic clock.
 var procStart = time.Now()

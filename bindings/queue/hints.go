@@ -118,6 +118,9 @@ func (h *hintState) messageDue() {
 	}
 }
 
+// wakeLocal wakes this process's waiters on the store, without a hint.
+func (h *hintState) wakeLocal() { h.local.bc.broadcast() }
+
 // waitChans returns channels that are closed by the next in-process wake
 // and by the next NATS hint (nil without hints). Take them BEFORE looking
 // at the store: a commit after that moment is then never missed.

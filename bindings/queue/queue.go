@@ -299,6 +299,12 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 		if err := q.transfer(mctx, moves); err != nil {
 			q.hints.log.Warn("queue: cannot move dead letters now; retrying later", logKeyStore, q.Path(), logKeyErr, err)
 		}
+		if len(moves) >= maxMovesPerClaim && len(msgs) < max {
+			// The claim stopped at its cap of moves, so more may be due:
+			// a waiter that took its wake channels before this claim (a
+			// Consume, a ReceiveWait) looks again instead of sleeping.
+			q.hints.wakeLocal()
+		}
 	}
 	return msgs, nil
 }
