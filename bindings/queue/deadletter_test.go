@@ -493,8 +493,8 @@ func dlHelper(src, dlq string) int {
 }
 
 // TestConsumeMovesBacklogOfDeadLetters: 250 spent messages ahead of a
-// healthy one. A claim moves at most 100 dead letters, so several claims
-// are needed; Consume (polling only every 30 s) must go on claiming after
+// healthy one. A claim moves at most 10 dead letters, so many claims are
+// needed; Consume (polling only every 30 s) must go on claiming after
 // a claim that only moved, and reach the healthy message at once.
 func TestConsumeMovesBacklogOfDeadLetters(t *testing.T) {
 	t.Parallel()
