@@ -112,13 +112,20 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 		case config.TypeKV:
 			v = kv.EnvBinding{Service: kv.Service, DataDir: b.Path, Durability: b.Durability}
 		case config.TypeQueue:
-			v = queue.EnvBinding{
+			eb := queue.EnvBinding{
 				Service:           queue.Service,
 				QueuePath:         b.Path,
 				Subject:           config.Subject(st.Name, b.Name),
 				VisibilityTimeout: b.VisibilityTimeout.String(),
 				Durability:        b.Durability,
 			}
+			// The dead-letter policy travels with the binding so every
+			// process of the app enforces it (config checked deadLetter).
+			if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
+				eb.MaxAttempts = b.MaxAttempts
+				eb.DeadLetter = &queue.EnvDeadLetter{Binding: dl.Name, QueuePath: dl.Path}
+			}
+			v = eb
 		default:
 			continue
 		}
