@@ -38,6 +38,8 @@ func (c *queueCommand) Run(ctx context.Context, args []string) error {
 		"purge":   c.purge,
 		"peek":    c.peek,
 		"stats":   c.stats,
+		"extend":  c.extend,
+		"redrive": c.redrive,
 	}, args)
 }
 
@@ -47,6 +49,8 @@ type (
 		Binding string `json:"binding"`
 		Type    string `json:"type"`
 		Bytes   int    `json:"bytes"`
+		// DelayMillis is --delay; 0 without.
+		DelayMillis int64 `json:"delayMillis,omitempty"`
 	}
 	queueReceiveJSON struct {
 		Binding  string            `json:"binding"`
@@ -91,6 +95,29 @@ type (
 		EnqueuedAt string          `json:"enqueuedAt"`
 		VisibleAt  string          `json:"visibleAt"`
 		State      string          `json:"state"`
+		// Origin is where a dead letter came from (absent otherwise).
+		Origin *queueOriginOut `json:"origin,omitempty"`
+	}
+	queueOriginOut struct {
+		Binding     string `json:"binding"`
+		Store       string `json:"store"`
+		ID          int64  `json:"id"`
+		Attempts    int    `json:"attempts"`
+		EnqueuedAt  string `json:"enqueuedAt"`
+		MovedAt     string `json:"movedAt"`
+		LastReceipt string `json:"lastReceipt,omitempty"`
+	}
+	queueExtendJSON struct {
+		Binding      string `json:"binding"`
+		Receipt      string `json:"receipt"`
+		VisibleUntil string `json:"visibleUntil"`
+	}
+	queueRedriveJSON struct {
+		Binding string `json:"binding"`
+		// To is the --to binding; "" when every message went to its origin.
+		To      string `json:"to,omitempty"`
+		Moved   int    `json:"moved"`
+		Skipped int    `json:"skipped"`
 	}
 	queueStatsJSON struct {
 		Binding          string `json:"binding"`
@@ -99,6 +126,17 @@ type (
 		Total            int64  `json:"total"`
 		OldestAgeMillis  int64  `json:"oldestAgeMillis"`
 		OldestEnqueuedAt string `json:"oldestEnqueuedAt,omitempty"`
+		// DeadLetters counts messages moved here from a queue whose
+		// maxAttempts they used up, split by origin; Moving counts messages
+		// on their way out of this queue (to its dead-letter queue).
+		DeadLetters int64            `json:"deadLetters"`
+		Origins     []queueOriginCnt `json:"origins"`
+		Moving      int64            `json:"moving"`
+	}
+	queueOriginCnt struct {
+		Binding string `json:"binding"`
+		Store   string `json:"store"`
+		Count   int64  `json:"count"`
 	}
 )
 
@@ -107,6 +145,7 @@ const (
 	stateDue      = "due"
 	stateInFlight = "in-flight"
 	stateDelayed  = "delayed"
+	stateMoving   = "moving"
 )
 
 func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
@@ -127,6 +166,7 @@ func (c *queueCommand) openBinding(ctx context.Context, file, name string, acces
 func (c *queueCommand) send(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("send")
 	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
+	delay := fs.Duration("delay", 0, "make the message due `D` from now (0-12h)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -150,13 +190,17 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Send(ctx, p); err != nil {
+	if err := q.Send(ctx, p, queue.WithDelay(*delay)); err != nil {
 		return storeErr("queue send", err)
 	}
 	if *asJSON {
-		return c.app.printJSON(queueSendJSON{Binding: b.Name, Type: string(p.Type), Bytes: len(p.Data)})
+		return c.app.printJSON(queueSendJSON{Binding: b.Name, Type: string(p.Type), Bytes: len(p.Data), DelayMillis: delay.Milliseconds()})
 	}
-	fmt.Fprintf(c.app.stdout, "sent a %s message to %s (%d bytes)\n", p.Type, b.Name, len(p.Data))
+	due := ""
+	if *delay > 0 {
+		due = ", due in " + delay.String()
+	}
+	fmt.Fprintf(c.app.stdout, "sent a %s message to %s (%d bytes%s)\n", p.Type, b.Name, len(p.Data), due)
 	return nil
 }
 
@@ -234,12 +278,19 @@ func (c *queueCommand) nack(ctx context.Context, args []string) error {
 // settle acks or nacks every receipt given, and fails if any failed.
 func (c *queueCommand) settle(ctx context.Context, op string, args []string) error {
 	fs, file, asJSON := queueFlags(op)
+	delay := new(time.Duration)
+	if op == "nack" {
+		delay = fs.Duration("delay", 0, "make the messages due `D` from now instead of at once (0-12h)")
+	}
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if err := wantArgs(fs, pos, 2, -1, "BINDING RECEIPT..."); err != nil {
 		return err
+	}
+	if *delay < 0 || *delay > queue.MaxDelay {
+		return &usageError{msg: fmt.Sprintf("--delay must be between 0s and %s, got %s", queue.MaxDelay, *delay), try: "localcloud queue nack BINDING RECEIPT --delay 30s"}
 	}
 	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
@@ -256,7 +307,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 		if op == "ack" {
 			err = q.Ack(ctx, r)
 		} else {
-			err = q.Nack(ctx, r)
+			err = q.Nack(ctx, r, queue.WithDelay(*delay))
 		}
 		if err != nil {
 			res.OK, res.Error = false, err.Error()
@@ -362,26 +413,46 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				po.JSON = json.RawMessage(m.Payload.Data)
 			}
+			if o := m.Origin; o != nil {
+				po.Origin = &queueOriginOut{Binding: o.Binding, Store: o.Store, ID: o.ID, Attempts: o.Attempts,
+					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt}
+			}
 			out.Messages = append(out.Messages, po)
 		}
 		return c.app.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tTYPE\tPAYLOAD")
+	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD")
 	for _, m := range msgs {
 		state := peekState(m, now)
-		if state != stateDue {
+		if state != stateDue && state != stateMoving {
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
-			state, m.Payload.Type, preview([]byte(m.Payload.Data)))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
+			state, originText(m.Origin), m.Payload.Type, preview([]byte(m.Payload.Data)))
 	}
 	return tw.Flush()
 }
 
-// peekState says whether a message is due, in flight (leased) or delayed.
+// originText shows where a dead letter came from: "orders#17 (3 attempts)",
+// or "-".
+func originText(o *queue.Origin) string {
+	if o == nil {
+		return "-"
+	}
+	name := o.Binding
+	if name == "" {
+		name = o.Store
+	}
+	return fmt.Sprintf("%s#%d (%d attempts)", name, o.ID, o.Attempts)
+}
+
+// peekState says whether a message is due, in flight (leased), delayed, or
+// being moved to another queue (a dead letter on its way out).
 func peekState(m queue.PeekedMessage, now time.Time) string {
 	switch {
+	case m.Moving:
+		return stateMoving
 	case !m.VisibleAt.After(now):
 		return stateDue
 	case m.Attempt > 0:
@@ -408,7 +479,11 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight, Total: s.Total}
+	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight, Total: s.Total,
+		DeadLetters: s.DeadLetters, Moving: s.Moving, Origins: []queueOriginCnt{}}
+	for _, o := range s.Origins {
+		out.Origins = append(out.Origins, queueOriginCnt{Binding: o.Binding, Store: o.Store, Count: o.Count})
+	}
 	if !s.Oldest.IsZero() {
 		out.OldestEnqueuedAt = fmtTime(s.Oldest)
 		if age := c.clock().Sub(s.Oldest); age > 0 {
@@ -425,20 +500,130 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 		oldest = (time.Duration(out.OldestAgeMillis) * time.Millisecond).Round(time.Second).String()
 	}
 	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", b.Name, s.Due, s.InFlight, s.Total, oldest)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if s.Moving > 0 {
+		fmt.Fprintf(c.app.stdout, "%d being moved to the dead-letter queue\n", s.Moving)
+	}
+	if s.DeadLetters > 0 {
+		fmt.Fprintf(c.app.stdout, "%d dead letters:", s.DeadLetters)
+		for i, o := range s.Origins {
+			name := o.Binding
+			if name == "" {
+				name = o.Store
+			}
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(c.app.stdout, "%s %d from %s", sep, o.Count, name)
+		}
+		fmt.Fprintln(c.app.stdout)
+	}
+	return nil
+}
+
+func (c *queueCommand) extend(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("extend")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 3, 3, "BINDING RECEIPT DURATION"); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(pos[2])
+	if err != nil {
+		return &usageError{msg: fmt.Sprintf("DURATION: %q is not a duration like 30s or 5m", pos[2]), try: "localcloud queue extend BINDING RECEIPT 5m"}
+	}
+	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	until := c.clock().Add(d)
+	if err := q.Extend(ctx, pos[1], d); err != nil {
+		if errors.Is(err, queue.ErrStaleReceipt) {
+			return &hintError{err: err, try: "the message was delivered again since; use the receipt of its latest delivery"}
+		}
+		return storeErr("queue extend", err)
+	}
+	if *asJSON {
+		return c.app.printJSON(queueExtendJSON{Binding: b.Name, Receipt: pos[1], VisibleUntil: fmtTime(until)})
+	}
+	fmt.Fprintf(c.app.stdout, "extended %s: hidden until %s\n", pos[1], fmtTime(until))
+	return nil
+}
+
+func (c *queueCommand) redrive(ctx context.Context, args []string) error {
+	fs, file, asJSON := queueFlags("redrive")
+	to := fs.String("to", "", "move the messages to queue `BINDING` instead of the queue each came from")
+	max := fs.Int("max", 0, "move at most `N` messages (default: all)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 1, "DLQ"); err != nil {
+		return err
+	}
+	if *max < 0 {
+		return &usageError{msg: fmt.Sprintf("--max must be at least 1, got %d", *max), try: "localcloud queue redrive DLQ --max 10"}
+	}
+	st, b, err := c.app.findBinding(*file, pos[0], config.TypeQueue)
+	if err != nil {
+		return err
+	}
+	var opts []queue.RedriveOption
+	if *max > 0 {
+		opts = append(opts, queue.RedriveMax(*max))
+	}
+	if *to != "" {
+		_, tb, err := c.app.findBinding(*file, *to, config.TypeQueue)
+		if err != nil {
+			return err
+		}
+		if tb.Name == b.Name {
+			return &usageError{msg: "--to must name another queue binding than the dead-letter queue " + b.Name, try: "localcloud queue redrive " + b.Name}
+		}
+		opts = append(opts, queue.RedriveTo(tb.Path))
+	}
+	q, err := openQueue(ctx, st, b, queueWrite)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	res, err := q.Redrive(ctx, opts...)
+	if err != nil {
+		return storeErr("queue redrive", err)
+	}
+	if *asJSON {
+		return c.app.printJSON(queueRedriveJSON{Binding: b.Name, To: *to, Moved: res.Moved, Skipped: res.Skipped})
+	}
+	where := "their origin queues"
+	if *to != "" {
+		where = *to
+	}
+	fmt.Fprintf(c.app.stdout, "redrove %d messages from %s to %s\n", res.Moved, b.Name, where)
+	if res.Skipped > 0 {
+		fmt.Fprintf(c.app.stderr, "%d messages of %s have no recorded origin and stayed; move them with --to BINDING\n", res.Skipped, b.Name)
+	}
+	return nil
 }
 
 func (c *queueCommand) Usage() {
 	fmt.Fprint(c.app.stdout, `Send, receive and inspect the messages of a queue binding.
 
 Usage:
-  localcloud queue send    BINDING TEXT|-      [--json-payload] [--json]
+  localcloud queue send    BINDING TEXT|-      [--json-payload] [--delay D] [--json]
   localcloud queue receive BINDING             [--max N] [--visibility D] [--wait D] [--json]
   localcloud queue ack     BINDING RECEIPT...  [--json]
-  localcloud queue nack    BINDING RECEIPT...  [--json]
+  localcloud queue nack    BINDING RECEIPT...  [--delay D] [--json]
+  localcloud queue extend  BINDING RECEIPT D   [--json]
   localcloud queue purge   BINDING             [--yes] [--json]
   localcloud queue peek    BINDING             [--limit N] [--json]
   localcloud queue stats   BINDING             [--json]
+  localcloud queue redrive DLQ                 [--to BINDING] [--max N] [--json]
 
 Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 ./stack.yaml); flags may come before or after the arguments, and "--" ends
@@ -446,6 +631,7 @@ the flags.
 
   send     enqueues TEXT, or stdin when TEXT is "-" (at most 65536 bytes), as
            a text message; with --json-payload as a JSON message (checked).
+           --delay D makes it due D from now (0-12h).
   receive  claims up to --max due messages (default 1) and prints each as a
            line "id=ID attempt=N type=T enqueued=TIME receipt=RECEIPT"
            followed by its payload. The messages stay hidden for
@@ -453,15 +639,26 @@ the flags.
            them with their receipt or they are delivered again. --wait D
            waits up to D for a message when none is due (Ctrl-C stops the
            wait without claiming anything).
-  ack      deletes the messages of the receipts; nack makes them due again.
-           A stale receipt (the message was delivered again since) fails.
+  ack      deletes the messages of the receipts; nack makes them due again,
+           at once or with --delay D after a back-off. A stale receipt (the
+           message was delivered again since) fails.
+  extend   keeps the message of RECEIPT hidden for D from now (1ms-12h), for
+           a handler that needs longer than its lease. A stale receipt, or a
+           message that is gone, fails.
   purge    deletes every message, due or in flight, after asking (type yes
            on stdin) unless --yes.
   peek     lists up to --limit messages (default 20) in delivery order
            WITHOUT claiming them: id, attempt, enqueued, visible at, state
-           (due, in-flight with its lease left, or delayed) and a payload
-           preview. Attempt counts and receipts are not changed.
-  stats    due, in-flight and total counts and the age of the oldest message.
+           (due, in-flight with its lease left, delayed, or moving to the
+           dead-letter queue), the origin of a dead letter (binding#id and
+           its attempts) and a payload preview. Attempt counts and receipts
+           are not changed.
+  stats    due, in-flight and total counts, the age of the oldest message,
+           and the dead letters by origin and the messages being moved.
+  redrive  moves the due messages of the dead-letter queue DLQ back to the
+           queue each came from (or to --to BINDING), at most --max N; they
+           start afresh there (attempt 0). Messages sent to DLQ directly have
+           no origin and move only with --to.
 
 peek and stats open the store read-only. While localcloud up runs, send and
 nack wake waiting consumers at once through up's hint server.
@@ -471,6 +668,8 @@ Examples:
   echo hello | localcloud queue send orders -
   localcloud queue receive orders --max 10 --wait 30s --json
   localcloud queue ack orders 17:0b6f4f7e-8d2c-4c39-9d0e-2b9f4c1a7e55
+  localcloud queue nack orders 17:0b6f4f7e-8d2c-4c39-9d0e-2b9f4c1a7e55 --delay 30s
+  localcloud queue redrive orders-dlq --max 10
   localcloud queue peek orders --limit 5
   localcloud queue purge orders --yes
 
@@ -478,7 +677,10 @@ Flags:
   -f FILE          stack file
   --json           print one JSON object instead of text (docs/CLI.md)
   --json-payload   send: the payload is JSON
-  --max N          receive: at most N messages, 1-10 (default 1)
+  --delay D        send, nack: due D from now, 0-12h (default 0)
+  --to BINDING     redrive: target queue instead of each message's origin
+  --max N          receive: at most N messages, 1-10 (default 1);
+                   redrive: at most N messages (default all)
   --visibility D   receive: lease length, 1ms-12h
   --wait D         receive: long-poll up to D
   --yes            purge: do not ask

@@ -189,7 +189,11 @@ func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access q
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, queue.WithDurability(d))
+		opts = append(opts, queue.WithDurability(d), queue.WithBindingName(b.Name))
+		// The binding's dead-letter policy holds for the CLI as for apps.
+		if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
+			opts = append(opts, queue.WithDeadLetter(b.MaxAttempts, dl.Path))
+		}
 		if rt, running, err := supervisor.Probe(st.DataDir); err == nil && running && rt != nil && rt.NATSURL != "" {
 			opts = append(opts, queue.WithHints(rt.NATSURL, st.Notify.Token, config.Subject(st.Name, b.Name)))
 		}
