@@ -233,8 +233,8 @@ For every binding (or the ones named) check verifies:
     (localkv.v1 or localqueue.v1);
   - the schema matches the format's DDL: every table and index of the spec
     (compared as normalized SQL: comments, whitespace and case ignored),
-    plus localcloud's own index lc_messages_order on queues; a missing,
-    changed or unknown object is a problem (a missing lc_ index is only a
+    plus localcloud's own index and tables (lc_*) on queues; a missing,
+    changed or unknown object is a problem (a missing lc_ object is only a
     note: a spec-exact store has none);
   - PRAGMA integrity_check.
 

@@ -45,7 +45,7 @@ type Format struct {
 	// Schema is the provider DDL, run after the marker check.
 	Schema string
 	// Extra is DDL of localcloud's own that a spec-exact reader tolerates
-	// (indexes created IF NOT EXISTS).
+	// (indexes and tables created IF NOT EXISTS).
 	Extra string
 	// OpCode is the code of operation errors (KV_OPERATION_FAILED, ...).
 	OpCode bindings.Code
