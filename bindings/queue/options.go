@@ -57,7 +57,9 @@ func WithDefaultVisibility(d time.Duration) Option { return func(o *options) { o
 func ReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // Notifier is told after every commit that made a message due now (a send,
-// a nack). Wake-up hints hang off it; it must not block.
+// a nack) or scheduled one for later (a send or nack WithDelay: waiters
+// must re-arm their timers on the earliest visible_at). Wake-up hints hang
+// off it; it must not block.
 type Notifier interface {
 	MessageDue()
 }
