@@ -1,5 +1,11 @@
 package bindings
 
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+)
+
 // Environment variables of the app contract: `localcloud env` and
 // `localcloud run` set them, and the FromEnv functions of kv and queue read
 // them. They are the one place these names are spelled.
@@ -16,3 +22,84 @@ const (
 	// LOCALCLOUD_BINDING_<NAME>, NAME in upper case with - as _.
 	EnvBindingPrefix = "LOCALCLOUD_BINDING_"
 )
+
+// EnvName returns the variable that carries the binding called name:
+// EnvBindingPrefix and the name in upper case with - replaced by _
+// ("user-sessions" gives LOCALCLOUD_BINDING_USER_SESSIONS).
+func EnvName(name string) string {
+	return EnvBindingPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// EnvSpec describes one kind of binding to ReadEnv: the service its JSON
+// must name, the words its error messages use, and where the parts every
+// binding has sit in its decoded JSON.
+type EnvSpec[B any] struct {
+	// Service is the "service" value the binding must carry ("local-kv").
+	Service string
+	// Kind names the binding in the hint for a missing variable
+	// ("check that the stack has a kv binding called ...").
+	Kind string
+	// Title names the binding when the service is wrong
+	// ("is \"carts\" a KV binding?").
+	Title string
+	// Example is the JSON shown when the value does not decode.
+	Example string
+	// PathField is the JSON name of the store's directory ("dataDir").
+	PathField string
+	// Fields returns the service, the store's directory and the
+	// durability of a decoded binding.
+	Fields func(b *B) (service, path, durability string)
+}
+
+// ReadEnv reads the binding called name with lookup, decodes its JSON into
+// a B and checks what every binding has: the service, an absolute store
+// directory and a valid durability. Unknown fields are ignored. Every
+// problem is an error matching ErrBindingSetupFailed that names the
+// variable.
+func ReadEnv[B any](name string, lookup func(string) (string, bool), spec EnvSpec[B]) (B, error) {
+	var zero B
+	if name == "" {
+		return zero, Errorf(CodeBindingSetupFailed, "binding name: must not be empty")
+	}
+	v := EnvName(name)
+	raw, ok := lookup(v)
+	if !ok || strings.TrimSpace(raw) == "" {
+		what := "is not set"
+		if ok {
+			what = "is empty"
+		}
+		return zero, Errorf(CodeBindingSetupFailed,
+			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
+				"and check that the stack has a %s binding called %q", v, what, spec.Kind, name)
+	}
+	var b B
+	if err := json.Unmarshal([]byte(raw), &b); err != nil {
+		return zero, Wrap(CodeBindingSetupFailed, err, "%s: want JSON like %s, got %q", v, spec.Example, snippet(raw))
+	}
+	service, path, durability := spec.Fields(&b)
+	if service != spec.Service {
+		return zero, Errorf(CodeBindingSetupFailed,
+			"%s: service is %q, want %q (is %q a %s binding?)", v, service, spec.Service, name, spec.Title)
+	}
+	if path == "" {
+		return zero, Errorf(CodeBindingSetupFailed, "%s: %s is missing", v, spec.PathField)
+	}
+	if !filepath.IsAbs(path) {
+		return zero, Errorf(CodeBindingSetupFailed,
+			"%s: %s must be an absolute path, got %q", v, spec.PathField, path)
+	}
+	if _, err := ParseDurability(durability); err != nil {
+		return zero, Errorf(CodeBindingSetupFailed,
+			"%s: durability must be %q or %q, got %q", v, DurabilityNormal, DurabilityFull, durability)
+	}
+	return b, nil
+}
+
+// snippet shortens a malformed value for an error message.
+func snippet(s string) string {
+	const n = 120
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

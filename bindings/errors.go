@@ -1,6 +1,7 @@
 // Package bindings holds what the KV and queue bindings share: the error
-// codes of the local store formats, the durability setting and the names of
-// the app contract's environment variables.
+// codes of the local store formats, the durability setting, the names of
+// the app contract's environment variables and the reading of a binding's
+// JSON from them (ReadEnv).
 //
 // The stores themselves live in the subpackages kv and queue.
 package bindings

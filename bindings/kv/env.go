@@ -2,11 +2,8 @@ package kv
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
 )
@@ -15,7 +12,7 @@ import (
 const Service = "local-kv"
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.
-const EnvBindingPrefix = "LOCALCLOUD_BINDING_"
+const EnvBindingPrefix = bindings.EnvBindingPrefix
 
 // EnvBinding is the JSON that `localcloud env` and `localcloud run` put in
 // LOCALCLOUD_BINDING_<NAME> for a KV binding:
@@ -34,9 +31,7 @@ type EnvBinding struct {
 // EnvName returns the variable that carries the binding called name:
 // LOCALCLOUD_BINDING_ and the name in upper case with - replaced by _
 // ("user-sessions" gives LOCALCLOUD_BINDING_USER_SESSIONS).
-func EnvName(name string) string {
-	return EnvBindingPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
+func EnvName(name string) string { return bindings.EnvName(name) }
 
 // ReadEnv reads and checks the binding called name from the environment
 // without opening it. Every problem is an error matching
@@ -70,49 +65,16 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	return s, nil
 }
 
-func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error) {
-	if name == "" {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "binding name: must not be empty")
-	}
-	v := EnvName(name)
-	raw, ok := lookup(v)
-	if !ok || strings.TrimSpace(raw) == "" {
-		what := "is not set"
-		if ok {
-			what = "is empty"
-		}
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
-				"and check that the stack has a kv binding called %q", v, what, name)
-	}
-	var b EnvBinding
-	if err := json.Unmarshal([]byte(raw), &b); err != nil {
-		return EnvBinding{}, bindings.Wrap(bindings.CodeBindingSetupFailed, err,
-			"%s: want JSON like {\"service\":%q,\"dataDir\":\"/abs/dir\"}, got %q", v, Service, snippet(raw))
-	}
-	if b.Service != Service {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: service is %q, want %q (is %q a KV binding?)", v, b.Service, Service, name)
-	}
-	if b.DataDir == "" {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "%s: dataDir is missing", v)
-	}
-	if !filepath.IsAbs(b.DataDir) {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: dataDir must be an absolute path, got %q", v, b.DataDir)
-	}
-	if _, err := bindings.ParseDurability(b.Durability); err != nil {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
-	}
-	return b, nil
+// envSpec is what bindings.ReadEnv needs to read a KV binding.
+var envSpec = bindings.EnvSpec[EnvBinding]{
+	Service:   Service,
+	Kind:      "kv",
+	Title:     "KV",
+	Example:   `{"service":"` + Service + `","dataDir":"/abs/dir"}`,
+	PathField: "dataDir",
+	Fields:    func(b *EnvBinding) (string, string, string) { return b.Service, b.DataDir, b.Durability },
 }
 
-// snippet shortens a malformed value for an error message.
-func snippet(s string) string {
-	const n = 120
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error) {
+	return bindings.ReadEnv(name, lookup, envSpec)
 }

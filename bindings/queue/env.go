@@ -2,11 +2,9 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -53,9 +51,7 @@ type EnvDeadLetter struct {
 // EnvName returns the variable that carries the binding called name:
 // LOCALCLOUD_BINDING_ and the name in upper case with - replaced by _
 // ("orders-dlq" gives LOCALCLOUD_BINDING_ORDERS_DLQ).
-func EnvName(name string) string {
-	return EnvBindingPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
+func EnvName(name string) string { return bindings.EnvName(name) }
 
 // ReadEnv reads and checks the binding called name from the environment
 // without opening it, for programs that also want its hint subject. Every
@@ -108,41 +104,24 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	return q, nil
 }
 
+// envSpec is what bindings.ReadEnv needs to read a queue binding.
+var envSpec = bindings.EnvSpec[EnvBinding]{
+	Service:   Service,
+	Kind:      "queue",
+	Title:     "queue",
+	Example:   `{"service":"` + Service + `","queuePath":"/abs/dir","subject":"..."}`,
+	PathField: "queuePath",
+	Fields:    func(b *EnvBinding) (string, string, string) { return b.Service, b.QueuePath, b.Durability },
+}
+
+// readEnv reads a queue binding and checks, beyond what every binding has,
+// its visibility timeout and dead-letter policy.
 func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error) {
-	if name == "" {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "binding name: must not be empty")
+	b, err := bindings.ReadEnv(name, lookup, envSpec)
+	if err != nil {
+		return EnvBinding{}, err
 	}
 	v := EnvName(name)
-	raw, ok := lookup(v)
-	if !ok || strings.TrimSpace(raw) == "" {
-		what := "is not set"
-		if ok {
-			what = "is empty"
-		}
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
-				"and check that the stack has a queue binding called %q", v, what, name)
-	}
-	var b EnvBinding
-	if err := json.Unmarshal([]byte(raw), &b); err != nil {
-		return EnvBinding{}, bindings.Wrap(bindings.CodeBindingSetupFailed, err,
-			"%s: want JSON like {\"service\":%q,\"queuePath\":\"/abs/dir\",\"subject\":\"...\"}, got %q", v, Service, snippet(raw))
-	}
-	if b.Service != Service {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: service is %q, want %q (is %q a queue binding?)", v, b.Service, Service, name)
-	}
-	if b.QueuePath == "" {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed, "%s: queuePath is missing", v)
-	}
-	if !filepath.IsAbs(b.QueuePath) {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: queuePath must be an absolute path, got %q", v, b.QueuePath)
-	}
-	if _, err := bindings.ParseDurability(b.Durability); err != nil {
-		return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
-	}
 	if b.VisibilityTimeout != "" {
 		vt, err := time.ParseDuration(b.VisibilityTimeout)
 		if err != nil || vt < MinVisibility || vt > MaxVisibility {
@@ -162,13 +141,4 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 			"%s: deadLetter.queuePath must be an absolute path, got %q", v, b.DeadLetter.QueuePath)
 	}
 	return b, nil
-}
-
-// snippet shortens a malformed value for an error message.
-func snippet(s string) string {
-	const n = 120
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
