@@ -33,11 +33,8 @@ func (c *backupCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("backup")
 	file := stackFlag(fs)
 	asJSON := jsonFlag(fs)
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING DEST")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING DEST"); err != nil {
 		return err
 	}
 	st, b, err := c.app.findBinding(*file, pos[0], "")

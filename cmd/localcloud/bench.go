@@ -127,11 +127,8 @@ func (c *benchCommand) flags() *benchFlags {
 func (c *benchCommand) Run(ctx context.Context, args []string) error {
 	f := c.flags()
 	fs, cfg, asJSON := f.fs, &f.cfg, &f.asJSON
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 0, 1, "[kv|queue]")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 1, "[kv|queue]"); err != nil {
 		return err
 	}
 	d, err := bindings.ParseDurability(f.durability)

@@ -69,60 +69,69 @@ func kvFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
 	return fs, stackFlag(fs), jsonFlag(fs)
 }
 
-func (c *kvCommand) get(ctx context.Context, args []string) error {
-	fs, file, asJSON := kvFlags("get")
-	pos, err := parseArgs(fs, args)
+// openBinding resolves and opens the KV binding called name; create makes
+// the store when it does not exist yet.
+func (c *kvCommand) openBinding(ctx context.Context, file, name string, create bool) (*kv.Store, config.Binding, error) {
+	st, b, err := c.app.findBinding(file, name, config.TypeKV)
+	if err != nil {
+		return nil, b, err
+	}
+	s, err := openKV(ctx, st, b, create)
+	return s, b, err
+}
+
+// withKey runs a subcommand that takes BINDING KEY and reads an existing
+// store: it parses the flags and arguments, opens the store and calls do
+// with it, the binding, the key and whether --json was given.
+func (c *kvCommand) withKey(ctx context.Context, sub string, args []string, do func(s *kv.Store, b config.Binding, key string, asJSON bool) error) error {
+	fs, file, asJSON := kvFlags(sub)
+	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING KEY")
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
-		return err
-	}
-	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
-	if err != nil {
-		return err
-	}
-	s, err := openKV(ctx, st, b, false)
+	s, b, err := c.openBinding(ctx, *file, pos[0], false)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	key := pos[1]
-	v, ok, err := s.Get(ctx, key)
-	if err != nil {
-		return storeErr("kv get", err)
-	}
-	if *asJSON {
-		out := kvGetJSON{Binding: b.Name, Key: key, Found: ok}
-		if ok {
-			val := encodeValue(v)
-			out.valueJSON = &val
+	return do(s, b, pos[1], *asJSON)
+}
+
+func (c *kvCommand) get(ctx context.Context, args []string) error {
+	return c.withKey(ctx, "get", args, func(s *kv.Store, b config.Binding, key string, asJSON bool) error {
+		v, ok, err := s.Get(ctx, key)
+		if err != nil {
+			return storeErr("kv get", err)
 		}
-		if err := c.app.printJSON(out); err != nil {
-			return err
+		if asJSON {
+			out := kvGetJSON{Binding: b.Name, Key: key, Found: ok}
+			if ok {
+				val := encodeValue(v)
+				out.valueJSON = &val
+			}
+			if err := c.app.printJSON(out); err != nil {
+				return err
+			}
 		}
-	}
-	if !ok {
-		return &hintError{
-			err: fmt.Errorf("key %q not found in kv binding %s (or it expired)", key, b.Name),
-			try: fmt.Sprintf("localcloud kv scan %s PREFIX lists the keys that start with PREFIX", b.Name),
+		if !ok {
+			return &hintError{
+				err: fmt.Errorf("key %q not found in kv binding %s (or it expired)", key, b.Name),
+				try: fmt.Sprintf("localcloud kv scan %s PREFIX lists the keys that start with PREFIX", b.Name),
+			}
 		}
-	}
-	if !*asJSON {
-		_, err = c.app.stdout.Write(v)
-	}
-	return err
+		if !asJSON {
+			_, err = c.app.stdout.Write(v)
+		}
+		return err
+	})
 }
 
 func (c *kvCommand) put(ctx context.Context, args []string) error {
 	fs, file, asJSON := kvFlags("put")
 	ttl := fs.Duration("ttl", 0, "expire the key after `D` (e.g. 30s, 1h; millisecond precision)")
 	ifNotExists := fs.Bool("if-not-exists", false, "write only if the key is absent or expired; exit 1 if it exists")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 3, 3, "BINDING KEY VALUE (or - to read the value from stdin)")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 3, 3, "BINDING KEY VALUE (or - to read the value from stdin)"); err != nil {
 		return err
 	}
 	ttlSet := false
@@ -134,11 +143,7 @@ func (c *kvCommand) put(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
-	if err != nil {
-		return err
-	}
-	s, err := openKV(ctx, st, b, true)
+	s, b, err := c.openBinding(ctx, *file, pos[0], true)
 	if err != nil {
 		return err
 	}
@@ -182,67 +187,37 @@ func (c *kvCommand) put(ctx context.Context, args []string) error {
 }
 
 func (c *kvCommand) delete(ctx context.Context, args []string) error {
-	fs, file, asJSON := kvFlags("delete")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
-		return err
-	}
-	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
-	if err != nil {
-		return err
-	}
-	s, err := openKV(ctx, st, b, false)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := s.Delete(ctx, pos[1]); err != nil {
-		return storeErr("kv delete", err)
-	}
-	if *asJSON {
-		return c.app.printJSON(kvDeleteJSON{Binding: b.Name, Key: pos[1], Deleted: true})
-	}
-	fmt.Fprintf(c.app.stdout, "deleted %s from %s (if it was there)\n", pos[1], b.Name)
-	return nil
+	return c.withKey(ctx, "delete", args, func(s *kv.Store, b config.Binding, key string, asJSON bool) error {
+		if err := s.Delete(ctx, key); err != nil {
+			return storeErr("kv delete", err)
+		}
+		if asJSON {
+			return c.app.printJSON(kvDeleteJSON{Binding: b.Name, Key: key, Deleted: true})
+		}
+		fmt.Fprintf(c.app.stdout, "deleted %s from %s (if it was there)\n", key, b.Name)
+		return nil
+	})
 }
 
 func (c *kvCommand) exists(ctx context.Context, args []string) error {
-	fs, file, asJSON := kvFlags("exists")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING KEY"); err != nil {
-		return err
-	}
-	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
-	if err != nil {
-		return err
-	}
-	s, err := openKV(ctx, st, b, false)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	ok, err := s.Exists(ctx, pos[1])
-	if err != nil {
-		return storeErr("kv exists", err)
-	}
-	if *asJSON {
-		err = c.app.printJSON(kvExistsJSON{Binding: b.Name, Key: pos[1], Exists: ok})
-	} else {
-		_, err = fmt.Fprintln(c.app.stdout, ok)
-	}
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return &exitCodeError{code: exitFailure} // like test(1): the answer is the exit code
-	}
-	return nil
+	return c.withKey(ctx, "exists", args, func(s *kv.Store, b config.Binding, key string, asJSON bool) error {
+		ok, err := s.Exists(ctx, key)
+		if err != nil {
+			return storeErr("kv exists", err)
+		}
+		if asJSON {
+			err = c.app.printJSON(kvExistsJSON{Binding: b.Name, Key: key, Exists: ok})
+		} else {
+			_, err = fmt.Fprintln(c.app.stdout, ok)
+		}
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &exitCodeError{code: exitFailure} // like test(1): the answer is the exit code
+		}
+		return nil
+	})
 }
 
 func (c *kvCommand) scan(ctx context.Context, args []string) error {
@@ -250,21 +225,14 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", kv.DefaultScanLimit, fmt.Sprintf("at most `N` keys per page (1-%d)", kv.MaxScanLimit))
 	cursor := fs.String("cursor", "", "continue after the page that printed cursor `C`")
 	all := fs.Bool("all", false, "follow the cursor and print every page")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING PREFIX")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING PREFIX"); err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > kv.MaxScanLimit {
 		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", kv.MaxScanLimit, *limit), try: "localcloud kv scan -h"}
 	}
-	st, b, err := c.app.findBinding(*file, pos[0], config.TypeKV)
-	if err != nil {
-		return err
-	}
-	s, err := openKV(ctx, st, b, false)
+	s, b, err := c.openBinding(ctx, *file, pos[0], false)
 	if err != nil {
 		return err
 	}

@@ -167,11 +167,8 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("send")
 	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
 	delay := fs.Duration("delay", 0, "make the message due `D` from now (0-12h)")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING TEXT (or - to read the payload from stdin)")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING TEXT (or - to read the payload from stdin)"); err != nil {
 		return err
 	}
 	data, err := c.app.readInput(pos[1], queue.MaxPayloadBytes)
@@ -209,11 +206,8 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	max := fs.Int("max", 1, fmt.Sprintf("claim at most `N` messages (1-%d)", queue.MaxReceiveBatch))
 	vis := fs.Duration("visibility", 0, "hide the claimed messages for `D` (default: the binding's visibilityTimeout)")
 	wait := fs.Duration("wait", 0, "when nothing is due, wait up to `D` for a message")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 1, 1, "BINDING")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
 		return err
 	}
 	if *wait < 0 {
@@ -282,11 +276,8 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	if op == "nack" {
 		delay = fs.Duration("delay", 0, "make the messages due `D` from now instead of at once (0-12h)")
 	}
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 2, -1, "BINDING RECEIPT...")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, -1, "BINDING RECEIPT..."); err != nil {
 		return err
 	}
 	if *delay < 0 || *delay > queue.MaxDelay {
@@ -341,11 +332,8 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("purge")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 1, 1, "BINDING")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
 		return err
 	}
 	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
@@ -385,11 +373,8 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("peek")
 	limit := fs.Int("limit", 20, fmt.Sprintf("list at most `N` messages (1-%d)", queue.MaxPeekLimit))
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 1, 1, "BINDING")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
 		return err
 	}
 	if *limit < 1 || *limit > queue.MaxPeekLimit {
@@ -463,11 +448,8 @@ func peekState(m queue.PeekedMessage, now time.Time) string {
 
 func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("stats")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 1, 1, "BINDING")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "BINDING"); err != nil {
 		return err
 	}
 	q, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
@@ -526,11 +508,8 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 
 func (c *queueCommand) extend(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("extend")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 3, 3, "BINDING RECEIPT DURATION")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 3, 3, "BINDING RECEIPT DURATION"); err != nil {
 		return err
 	}
 	d, err := time.ParseDuration(pos[2])
@@ -560,11 +539,8 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("redrive")
 	to := fs.String("to", "", "move the messages to queue `BINDING` instead of the queue each came from")
 	max := fs.Int("max", 0, "move at most `N` messages (default: all)")
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 1, 1, "DLQ")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "DLQ"); err != nil {
 		return err
 	}
 	if *max < 0 {

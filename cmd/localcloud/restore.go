@@ -36,11 +36,8 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("restore")
 	file := stackFlag(fs)
 	asJSON := jsonFlag(fs)
-	pos, err := parseArgs(fs, args)
+	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING SRC")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 2, 2, "BINDING SRC"); err != nil {
 		return err
 	}
 	st, b, err := c.app.findBinding(*file, pos[0], "")

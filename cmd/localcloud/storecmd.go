@@ -70,6 +70,19 @@ func wantArgs(fs *flag.FlagSet, pos []string, min, max int, synopsis string) err
 	return &usageError{msg: msg, try: fmt.Sprintf("localcloud %s -h", fs.Name())}
 }
 
+// parseWantArgs parses args with parseArgs and checks the number of
+// positional arguments with wantArgs.
+func parseWantArgs(fs *flag.FlagSet, args []string, min, max int, synopsis string) ([]string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, pos, min, max, synopsis); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
 // jsonFlag adds the --json flag of the commands that print data.
 func jsonFlag(fs *flag.FlagSet) *bool {
 	return fs.Bool("json", false, "print one JSON object (schema in docs/CLI.md) instead of text")
