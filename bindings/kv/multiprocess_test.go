@@ -5,12 +5,10 @@ package kv_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // mpRacerDirEnv switches the test binary into a racer process; it holds the
@@ -50,12 +49,12 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 
-	var racers []*mpKVChild
+	var racers []*testutil.Child
 	for p := range mpProcesses {
-		racers = append(racers, mpStartKV(t, p, mpRacerDirEnv+"="+dir, mpRacerIDEnv+"="+strconv.Itoa(p)))
+		racers = append(racers, testutil.StartChild(t, fmt.Sprintf("racer process %d", p), "TestKVRacerProcess", mpRacerDirEnv+"="+dir, mpRacerIDEnv+"="+strconv.Itoa(p)))
 	}
 	for _, c := range racers {
-		c.expect(t, "ready")
+		c.Expect(t, "ready", mpLineWaitKV)
 	}
 	winsPerProcess := make([]int, mpProcesses)
 	for round := range mpRounds {
@@ -63,19 +62,19 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 		// The barrier: both processes hold 8 goroutines parked on a
 		// channel, released by this line.
 		for _, c := range racers {
-			c.send(t, "race "+key)
+			c.Send(t, "race "+key)
 		}
 		wins, winner := 0, ""
 		for p, c := range racers {
-			f := strings.Fields(c.expect(t, "raced "+key+" "))
+			f := strings.Fields(c.Expect(t, "raced "+key+" ", mpLineWaitKV))
 			// raced <key> <wins> <losses> <value won or ->
 			if len(f) != 5 {
-				t.Fatalf("%s: malformed %q", c.name, strings.Join(f, " "))
+				t.Fatalf("%s: malformed %q", c.Name, strings.Join(f, " "))
 			}
 			w, _ := strconv.Atoi(f[2])
 			l, _ := strconv.Atoi(f[3])
 			if w+l != mpRacers {
-				t.Fatalf("%s round %d: %d wins + %d losses; want %d racers", c.name, round, w, l, mpRacers)
+				t.Fatalf("%s round %d: %d wins + %d losses; want %d racers", c.Name, round, w, l, mpRacers)
 			}
 			wins += w
 			winsPerProcess[p] += w
@@ -87,13 +86,13 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 			t.Fatalf("round %d: %d winners across %d processes; want exactly 1", round, wins, mpProcesses)
 		}
 		for _, c := range racers {
-			c.send(t, "read "+key)
+			c.Send(t, "read "+key)
 		}
 		for _, c := range racers {
-			f := strings.Fields(c.expect(t, "read "+key+" "))
+			f := strings.Fields(c.Expect(t, "read "+key+" ", mpLineWaitKV))
 			// read <key> <value via handle 0> <value via handle 1>
 			if len(f) != 4 || f[2] != winner || f[3] != winner {
-				t.Errorf("round %d: %s read %q; want the winner's value %q on both handles", round, c.name, strings.Join(f, " "), winner)
+				t.Errorf("round %d: %s read %q; want the winner's value %q on both handles", round, c.Name, strings.Join(f, " "), winner)
 			}
 		}
 		got, ok, err := s.Get(context.Background(), key)
@@ -102,10 +101,10 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 		}
 	}
 	for _, c := range racers {
-		c.send(t, "exit")
+		c.Send(t, "exit")
 	}
 	for _, c := range racers {
-		c.wantSuccess(t)
+		c.WantSuccess(t, mpLineWaitKV)
 	}
 	var res string
 	if err := s.DB().R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
@@ -223,95 +222,4 @@ func mpRace(dir, id string, in io.Reader, out, errOut io.Writer) int {
 		}
 	}
 	return fail("stdin ended without exit: %v", sc.Err())
-}
-
-// mpKVChild is a re-executed copy of this test binary running
-// TestKVRacerProcess.
-type mpKVChild struct {
-	name   string
-	stdin  io.WriteCloser
-	lines  chan string // stdout, line by line; closed at EOF
-	stderr *bytes.Buffer
-	done   chan struct{} // closed once the process was waited for
-	err    error         // of Wait, valid after done
-}
-
-// mpStartKV starts racer process p. It is killed (by its pid) when the test
-// ends, should it still run.
-func mpStartKV(t *testing.T, p int, env ...string) *mpKVChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKVRacerProcess$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), env...)
-	c := &mpKVChild{name: fmt.Sprintf("racer process %d", p), lines: make(chan string, 64), stderr: new(bytes.Buffer), done: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	var err error
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		c.err = cmd.Wait() // only after stdout is drained
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = cmd.Process.Kill()
-			for range c.lines {
-			}
-			<-c.done
-		}
-	})
-	return c
-}
-
-// expect waits for the next stdout line, fails unless it starts with
-// prefix, and returns it.
-func (c *mpKVChild) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			<-c.done
-			t.Fatalf("%s exited before saying %q: %v\nstderr:\n%s", c.name, prefix, c.err, c.stderr)
-		}
-		if !strings.HasPrefix(line, prefix) {
-			t.Fatalf("%s said %q; want %q...", c.name, line, prefix)
-		}
-		return line
-	case <-time.After(mpLineWaitKV):
-		t.Fatalf("%s did not say %q within %v", c.name, prefix, mpLineWaitKV)
-	}
-	return ""
-}
-
-func (c *mpKVChild) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
-		t.Fatalf("write to %s: %v", c.name, err)
-	}
-}
-
-func (c *mpKVChild) wantSuccess(t *testing.T) {
-	t.Helper()
-	select {
-	case <-c.done:
-	case <-time.After(mpLineWaitKV):
-		t.Fatalf("%s did not exit within %v", c.name, mpLineWaitKV)
-	}
-	if c.err != nil {
-		t.Errorf("%s: %v\nstderr:\n%s", c.name, c.err, c.stderr)
-	}
 }

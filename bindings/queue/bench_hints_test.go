@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -120,7 +121,7 @@ func BenchmarkSendToHandler(b *testing.B) {
 		hwSubscribed(b, consumer, srv.URL(), subject)
 		warm := make(chan struct{})
 		go func() {
-			hwCheckFor(b, hwTimeout, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
+			testutil.CheckFor(b, hwTimeout, time.Millisecond, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
 			close(warm)
 		}()
 		if err := sender.Send(context.Background(), queue.Text("warm-up")); err != nil {
@@ -172,7 +173,7 @@ VALUES ('text', ?1, ?2, ?2, 0)`, text, now); err != nil {
 				stop := hwConsume(b, consumer, starts.handler, queue.Workers(2), queue.PollInterval(hwNoPoll))
 				hwSubscribed(b, consumer, srv.URL(), subject)
 				insert("warm-up")
-				hwCheckFor(b, hwTimeout, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
+				testutil.CheckFor(b, hwTimeout, time.Millisecond, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
 				all = append(all, benchRound(b, starts, benchMessages, benchPace, func(i int) time.Time {
 					return insert(strconv.Itoa(i))
 				})...)
@@ -326,7 +327,7 @@ func BenchmarkHintsAt10k(b *testing.B) {
 		wg.Wait()
 		el := time.Since(t0)
 		// The trailing hints of the last window.
-		hwCheckFor(b, hwTimeout, "the trailing hints", func() bool {
+		testutil.CheckFor(b, hwTimeout, time.Millisecond, "the trailing hints", func() bool {
 			st := queue.ExportHintStats(q)
 			return st.Published+st.Failed+st.Coalesced == st.Notified
 		})

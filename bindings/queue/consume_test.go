@@ -16,6 +16,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -132,7 +133,7 @@ func TestConsumeEachMessageOnce(t *testing.T) {
 	}
 	sent := time.Since(start)
 	// Generous: the race detector slows SQLite (pure Go) down ~20 times.
-	hwCheckFor(t, 3*hwTimeout, "all messages handled and acked", func() bool {
+	testutil.CheckFor(t, 3*hwTimeout, time.Millisecond, "all messages handled and acked", func() bool {
 		mu.Lock()
 		done := len(seen) == n
 		mu.Unlock()
@@ -179,7 +180,7 @@ func TestConsumeErrorNacks(t *testing.T) {
 			t.Fatalf("delivery %d did not come within 5 s", want)
 		}
 	}
-	hwCheckFor(t, hwTimeout, "the message acked", func() bool { return hwCount(t, q) == 0 })
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the message acked", func() bool { return hwCount(t, q) == 0 })
 	if !bytes.Contains([]byte(logs.String()), []byte("transient")) {
 		t.Fatalf("handler error not logged:\n%s", logs.String())
 	}
@@ -202,7 +203,7 @@ func TestConsumeRecoversPanic(t *testing.T) {
 	if err := q.Send(context.Background(), queue.Text("explosive")); err != nil {
 		t.Fatal(err)
 	}
-	hwCheckFor(t, hwTimeout, "the redelivery handled and acked", func() bool {
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the redelivery handled and acked", func() bool {
 		return handled.Load() == 1 && hwCount(t, q) == 0
 	})
 	if err := stop(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // TestConsumeExtendsLeaseOfLongHandler: a handler that runs for many
@@ -45,7 +46,7 @@ func TestConsumeExtendsLeaseOfLongHandler(t *testing.T) {
 		t.Fatalf("visible_at %v is not in the future while the handler runs", v)
 	}
 	close(release)
-	hwCheckFor(t, hwTimeout, "the message acked", func() bool { return hwCount(t, q) == 0 })
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the message acked", func() bool { return hwCount(t, q) == 0 })
 	if s := log.String(); strings.Contains(s, "lease") || strings.Contains(s, "ack failed") {
 		t.Fatalf("unexpected warnings:\n%s", s)
 	}
@@ -92,7 +93,7 @@ func TestConsumeStopsExtendingWhenHandlerReturns(t *testing.T) {
 	if d := second.start.Sub(first.end); d > lease/2 {
 		t.Fatalf("redelivered %s after the nack; want at once (an extension overtook the nack?)", d)
 	}
-	hwCheckFor(t, hwTimeout, "the message acked", func() bool { return hwCount(t, q) == 0 })
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the message acked", func() bool { return hwCount(t, q) == 0 })
 }
 
 // TestDelayedMessageWakesConsume: a Consume that polls only every 30 s
@@ -126,7 +127,7 @@ func TestDelayedMessageWakesConsume(t *testing.T) {
 		}
 	}
 	check("sent before Consume", dueBefore)
-	hwCheckFor(t, hwTimeout, "Consume waiting", func() bool { return queue.ExportWaiting(q) == 1 })
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "Consume waiting", func() bool { return queue.ExportWaiting(q) == 1 })
 	dueDuring := time.Now().Add(delay)
 	if err := q.Send(ctx, queue.Text("during"), queue.WithDelay(delay)); err != nil {
 		t.Fatal(err)

@@ -2,13 +2,11 @@ package queue_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // helperDirEnv switches the test binary into a queue consumer process: it
@@ -90,41 +89,43 @@ func TestMultiProcessReceive(t *testing.T) {
 		delete(sent, w)
 	}
 
-	var children []*mpChild
+	var children []*testutil.Child
 	for p := range mpProcesses {
-		children = append(children, mpStart(t, fmt.Sprintf("consumer-%d", p), helperDirEnv+"="+dir))
+		children = append(children, testutil.StartChild(t, fmt.Sprintf("consumer-%d", p), "TestHelperProcess", helperDirEnv+"="+dir))
 	}
 	for _, c := range children {
-		c.expect(t, "ready", 30*time.Second)
+		if line := c.Expect(t, "ready", 30*time.Second); line != "ready" {
+			t.Fatalf("%s said %q; want %q", c.Name, line, "ready")
+		}
 	}
 	began = time.Now()
 	for _, c := range children { // the start gun
-		c.send(t, "go")
+		c.Send(t, "go")
 	}
 
 	got := map[int64]string{}
 	var problems mpProblems
 	perProcess := make([]int, len(children))
 	for p, c := range children {
-		for line := range c.untilExit(t, 90*time.Second) {
+		for line := range c.UntilExit(t, 90*time.Second) {
 			rest, ok := strings.CutPrefix(line, "ack\t")
 			if !ok {
-				t.Errorf("%s: unexpected output %q", c.name, line)
+				t.Errorf("%s: unexpected output %q", c.Name, line)
 				continue
 			}
 			idStr, payload, _ := strings.Cut(rest, "\t")
 			id, err := strconv.ParseInt(idStr, 10, 64)
 			if err != nil {
-				t.Errorf("%s: bad line %q", c.name, line)
+				t.Errorf("%s: bad line %q", c.Name, line)
 				continue
 			}
 			if prev, dup := got[id]; dup {
-				problems.add("message %d delivered twice (%.60q, then %.60q in %s)", id, prev, payload, c.name)
+				problems.add("message %d delivered twice (%.60q, then %.60q in %s)", id, prev, payload, c.Name)
 			}
 			got[id] = payload
 			perProcess[p]++
 		}
-		c.wantSuccess(t)
+		c.WantSuccess(t, 30*time.Second)
 	}
 	consumeTime := time.Since(began)
 
@@ -299,122 +300,4 @@ func mpConsume(dir string, in io.Reader, out, errOut io.Writer) int {
 		return fail("close: %v", err)
 	}
 	return 0
-}
-
-// ---- Child process plumbing ----
-
-// mpChild is a re-executed copy of this test binary running
-// TestHelperProcess.
-type mpChild struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // stdout, line by line; closed at EOF
-	stderr *bytes.Buffer
-	done   chan struct{} // closed once the process was waited for
-	err    error         // of Wait, valid after done
-}
-
-// mpStart starts the helper with env added to this process's environment.
-// The child is killed (by its pid) when the test ends, should it still run.
-func mpStart(t *testing.T, name string, env ...string) *mpChild {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), env...)
-	c := &mpChild{name: name, cmd: cmd, lines: make(chan string, 1024), stderr: new(bytes.Buffer), done: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	var err error
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-		// Wait only after stdout is drained (os/exec's rule for pipes).
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = cmd.Process.Kill()
-			// Drain so the reader goroutine reaches Wait.
-			for range c.lines {
-			}
-			<-c.done
-		}
-	})
-	return c
-}
-
-// expect waits for the next stdout line and fails unless it is want.
-func (c *mpChild) expect(t *testing.T, want string, timeout time.Duration) {
-	t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			<-c.done
-			t.Fatalf("%s exited before saying %q: %v\nstderr:\n%s", c.name, want, c.err, c.stderr)
-		}
-		if line != want {
-			t.Fatalf("%s said %q; want %q", c.name, line, want)
-		}
-	case <-time.After(timeout):
-		t.Fatalf("%s did not say %q within %v", c.name, want, timeout)
-	}
-}
-
-func (c *mpChild) send(t *testing.T, line string) {
-	t.Helper()
-	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
-		t.Fatalf("write to %s: %v", c.name, err)
-	}
-}
-
-// untilExit yields the child's remaining stdout lines; it fails the test
-// (and the child is killed at cleanup) if the output does not end within
-// timeout.
-func (c *mpChild) untilExit(t *testing.T, timeout time.Duration) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		deadline := time.NewTimer(timeout)
-		defer deadline.Stop()
-		for {
-			select {
-			case line, ok := <-c.lines:
-				if !ok {
-					return
-				}
-				if !yield(line) {
-					return
-				}
-			case <-deadline.C:
-				t.Fatalf("%s still running after %v", c.name, timeout)
-			}
-		}
-	}
-}
-
-// wantSuccess waits for the child's exit and fails unless it exited 0.
-func (c *mpChild) wantSuccess(t *testing.T) {
-	t.Helper()
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not exit", c.name)
-	}
-	if c.err != nil {
-		t.Errorf("%s: %v\nstderr:\n%s", c.name, c.err, c.stderr)
-	}
 }

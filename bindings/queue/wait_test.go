@@ -14,6 +14,7 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/hintsrc"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -24,18 +25,6 @@ const hwTimeout = 20 * time.Second
 // hwNoPoll is a fallback poll so long that only a wake-up can explain a
 // prompt return.
 const hwNoPoll = 30 * time.Second
-
-// hwCheckFor polls cond until it holds, failing the test after total.
-func hwCheckFor(t testing.TB, total time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", total, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // hwServer starts an embedded hint server on a free loopback port.
 func hwServer(t testing.TB) *notify.Server {
@@ -156,7 +145,7 @@ func hwSubscribed(t testing.TB, q *queue.Queue, url, subject string) {
 // hwWaiting waits until n goroutines of q are blocked waiting for a wake-up.
 func hwWaiting(t testing.TB, q *queue.Queue, n int) {
 	t.Helper()
-	hwCheckFor(t, hwTimeout, fmt.Sprintf("%d waiter(s) blocked", n), func() bool { return queue.ExportWaiting(q) == n })
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, fmt.Sprintf("%d waiter(s) blocked", n), func() bool { return queue.ExportWaiting(q) == n })
 }
 
 type hwResult struct {
