@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // Timeouts of the waits. They are generous: they only bound a failing test.
@@ -30,7 +31,7 @@ const (
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout *syncBuffer
+	stdout *testutil.SyncBuffer
 
 	mu      sync.Mutex
 	lines   []string      // stderr lines so far
@@ -38,24 +39,6 @@ type proc struct {
 
 	done     chan struct{} // closed once the process has exited and stderr is drained
 	exitCode int
-}
-
-// syncBuffer collects output written from another goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // environ is the test process's environment without the variables that
@@ -83,7 +66,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
 	if cmd.Env == nil {
 		cmd.Env = environ()
 	}
-	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, changed: make(chan struct{}), done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, stdout: &testutil.SyncBuffer{}, changed: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stdout = p.stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

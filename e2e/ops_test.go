@@ -21,6 +21,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // Tests of the store commands: kv, queue, check, backup, restore, bench.
@@ -118,18 +119,6 @@ func decode(t *testing.T, what, out string, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		t.Fatalf("%s --json does not parse: %v\n%s", what, err, out)
-	}
-}
-
-// poll waits until cond holds, checking every few milliseconds.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -384,7 +373,7 @@ func TestBackupWhileAnotherProcessWrites(t *testing.T) {
 	cmd.Env = environ(envAppMode+"=kv-writer", envStoreDir+"="+storeDir)
 	writer := startCmd(t, cmd)
 	acked := func() int { return strings.Count(writer.stdout.String(), "\n") }
-	poll(t, eventTimeout, "300 acknowledged writes", func() bool { return acked() >= 300 || writer.exited() })
+	testutil.CheckFor(t, eventTimeout, 2*time.Millisecond, "300 acknowledged writes", func() bool { return acked() >= 300 || writer.exited() })
 	if writer.exited() {
 		t.Fatalf("writer exited: %s", writer.stderr())
 	}
@@ -629,7 +618,7 @@ func TestRestoreRefusedWhileAnAppHoldsTheStore(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = environ(envAppMode+"=kv-hold", envStoreDir+"="+storeDir)
 	app := startCmd(t, cmd)
-	poll(t, eventTimeout, "the app to open the store", func() bool { return app.stdout.String() == "open\n" || app.exited() })
+	testutil.CheckFor(t, eventTimeout, 2*time.Millisecond, "the app to open the store", func() bool { return app.stdout.String() == "open\n" || app.exited() })
 	if app.exited() {
 		t.Fatalf("app exited: %s", app.stderr())
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 const dbName = "localqueue.sqlite"
@@ -94,7 +96,7 @@ func TestDirWatcherMatchingFiles(t *testing.T) {
 	appendFile(t, filepath.Join(a, "notes.txt"), "x")
 	appendFile(t, filepath.Join(a, "xlocalqueue.sqlite"), "x")
 	appendFile(t, filepath.Join(b, dbName+"-wal"), "x")
-	checkFor(t, waitTimeout, "call for the barrier directory", func() bool { return len(ev.calls(b)) > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call for the barrier directory", func() bool { return len(ev.calls(b)) > 0 })
 	if got := ev.calls(a); len(got) != 0 {
 		t.Fatalf("%d calls for writes to non-matching files", len(got))
 	}
@@ -103,7 +105,7 @@ func TestDirWatcherMatchingFiles(t *testing.T) {
 		n := len(ev.calls(a))
 		written := time.Now()
 		appendFile(t, filepath.Join(a, name), "x")
-		checkFor(t, waitTimeout, "call after a write to "+name, func() bool {
+		testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call after a write to "+name, func() bool {
 			calls := ev.calls(a)
 			return len(calls) > n && calls[len(calls)-1].After(written)
 		})
@@ -122,14 +124,14 @@ func TestDirWatcherCoalescesBurst(t *testing.T) {
 	wal := filepath.Join(dir, dbName+"-wal")
 	start := time.Now()
 	appendFile(t, wal, "first")
-	checkFor(t, waitTimeout, "leading call", func() bool { return len(ev.calls(dir)) > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "leading call", func() bool { return len(ev.calls(dir)) > 0 })
 
 	const writes = 200
 	for i := range writes {
 		appendFile(t, wal, string(rune('a'+i%26)))
 	}
 	last := time.Now()
-	checkFor(t, waitTimeout, "call after the last write", func() bool {
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call after the last write", func() bool {
 		calls := ev.calls(dir)
 		return calls[len(calls)-1].After(last)
 	})
@@ -160,8 +162,8 @@ func TestDirWatcherGoneOnDirectoryRemoval(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "Gone for the database file", func() bool { return ev.sawGone(dir, dbName) })
-	checkFor(t, waitTimeout, "Gone for the directory", func() bool { return ev.sawGone(dir, "") })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "Gone for the database file", func() bool { return ev.sawGone(dir, dbName) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "Gone for the directory", func() bool { return ev.sawGone(dir, "") })
 	if got := w.Dirs(); len(got) != 0 {
 		t.Fatalf("Dirs() = %v after the directory was removed", got)
 	}
@@ -174,7 +176,7 @@ func TestDirWatcherGoneOnDirectoryRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendFile(t, filepath.Join(dir, dbName+"-wal"), "x")
-	checkFor(t, waitTimeout, "call in the re-added directory", func() bool { return len(ev.calls(dir)) > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call in the re-added directory", func() bool { return len(ev.calls(dir)) > 0 })
 }
 
 func TestDirWatcherGoneOnDirectoryRename(t *testing.T) {
@@ -188,7 +190,7 @@ func TestDirWatcherGoneOnDirectoryRename(t *testing.T) {
 	if err := os.Rename(dir, filepath.Join(parent, "moved")); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "Gone for the renamed directory", func() bool { return ev.sawGone(dir, "") })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "Gone for the renamed directory", func() bool { return ev.sawGone(dir, "") })
 	if got := w.Dirs(); len(got) != 0 {
 		t.Fatalf("Dirs() = %v after the directory was renamed", got)
 	}
@@ -205,20 +207,20 @@ func TestDirWatcherGoneOnFileRemoveAndRename(t *testing.T) {
 	if err := os.Rename(filepath.Join(a, dbName), filepath.Join(a, "old.sqlite")); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "Gone for the renamed file", func() bool { return ev.sawGone(a, dbName) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "Gone for the renamed file", func() bool { return ev.sawGone(a, dbName) })
 
 	// Removing the journal is routine (a change, not a loss); removing the database is a loss.
 	if err := os.Remove(filepath.Join(b, dbName+"-journal")); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "call for the removed journal", func() bool { return len(ev.calls(b)) > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call for the removed journal", func() bool { return len(ev.calls(b)) > 0 })
 	if ev.sawGone(b, dbName+"-journal") {
 		t.Fatal("Gone for a journal file")
 	}
 	if err := os.Remove(filepath.Join(b, dbName)); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "Gone for the removed file", func() bool { return ev.sawGone(b, dbName) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "Gone for the removed file", func() bool { return ev.sawGone(b, dbName) })
 }
 
 func TestDirWatcherRemove(t *testing.T) {
@@ -236,7 +238,7 @@ func TestDirWatcherRemove(t *testing.T) {
 	}
 	appendFile(t, filepath.Join(a, dbName+"-wal"), "x")
 	appendFile(t, filepath.Join(b, dbName+"-wal"), "x") // barrier, as in TestDirWatcherMatchingFiles
-	checkFor(t, waitTimeout, "call for the barrier directory", func() bool { return len(ev.calls(b)) > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "call for the barrier directory", func() bool { return len(ev.calls(b)) > 0 })
 	if got := ev.calls(a); len(got) != 0 {
 		t.Fatalf("%d calls for a removed directory", len(got))
 	}

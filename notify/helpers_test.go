@@ -15,18 +15,6 @@ import (
 // 2-core machine, and only ever reached when something is broken.
 const waitTimeout = 20 * time.Second
 
-// checkFor polls cond every few milliseconds until it is true, failing the test after total.
-func checkFor(t testing.TB, total time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", total, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // startTestServer starts a hint server on 127.0.0.1 (a free port unless listen says otherwise)
 // and shuts it down when the test ends.
 func startTestServer(t testing.TB, listen, token string) *Server {

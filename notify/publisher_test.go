@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 func newTestPublisher(t testing.TB, s *Server, opts PublisherOptions) *Publisher {
@@ -32,7 +34,7 @@ func TestPublisherIsolatedNotify(t *testing.T) {
 
 	before := time.Now().UnixMilli()
 	p.Notify(subject, 7)
-	checkFor(t, waitTimeout, "isolated hint", func() bool { return rec.count() == 1 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "isolated hint", func() bool { return rec.count() == 1 })
 	h := rec.snapshot()[0]
 	if h.Binding != "orders" || h.Due != 7 || h.At < before || h.At > time.Now().UnixMilli() {
 		t.Fatalf("hint = %+v", h)
@@ -58,9 +60,9 @@ func TestPublisherCoalescesBurst(t *testing.T) {
 		p.Notify(subject, int64(i))
 	}
 	// Only a publish decided after the final call can carry its due value.
-	checkFor(t, waitTimeout, "trailing hint with the last due value", func() bool { return rec.sawDue(calls - 1) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "trailing hint with the last due value", func() bool { return rec.sawDue(calls - 1) })
 	elapsed := time.Since(start)
-	checkFor(t, waitTimeout, "stats to settle", func() bool {
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "stats to settle", func() bool {
 		st := p.Stats()
 		return st.Published+st.Failed+st.Coalesced == calls
 	})
@@ -106,8 +108,8 @@ func TestPublisherConcurrentNotify(t *testing.T) {
 	wg.Wait()
 	p.Notify(a, 1) // a marker per subject, after every other call
 	p.Notify(b, 2)
-	checkFor(t, waitTimeout, "marker hints on both subjects", func() bool { return recA.sawDue(1) && recB.sawDue(2) })
-	checkFor(t, waitTimeout, "stats to settle", func() bool {
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "marker hints on both subjects", func() bool { return recA.sawDue(1) && recB.sawDue(2) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "stats to settle", func() bool {
 		st := p.Stats()
 		return st.Published+st.Failed+st.Coalesced == st.Notified
 	})
@@ -132,7 +134,7 @@ func TestPublisherCloseFlushesPending(t *testing.T) {
 	p.Close()
 	p.Notify(subject, 4) // ignored after Close
 
-	checkFor(t, waitTimeout, "hint flushed by Close", func() bool { return rec.sawDue(3) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "hint flushed by Close", func() bool { return rec.sawDue(3) })
 	st := p.Stats()
 	if st.Notified != 3 || st.Published != 2 || st.Coalesced != 1 {
 		t.Fatalf("stats = %+v", st)
@@ -151,7 +153,7 @@ func TestPublisherNegativeWindowPublishesEveryCall(t *testing.T) {
 	for i := range 50 {
 		p.Notify(subject, int64(i))
 	}
-	checkFor(t, waitTimeout, "50 hints", func() bool { return rec.count() == 50 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "50 hints", func() bool { return rec.count() == 50 })
 	if st := p.Stats(); st.Published != 50 || st.Coalesced != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
@@ -169,7 +171,7 @@ func TestPublisherInProcessConnection(t *testing.T) {
 	defer nc.Close()
 	p := NewPublisher(nc, PublisherOptions{})
 	p.Notify(subject, 5)
-	checkFor(t, waitTimeout, "hint over the in-process connection", func() bool { return rec.sawDue(5) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "hint over the in-process connection", func() bool { return rec.sawDue(5) })
 	p.Close()
 	if nc.IsClosed() {
 		t.Fatal("Close closed a connection the Publisher does not own")
@@ -192,7 +194,7 @@ func TestDialPublisherBeforeServer(t *testing.T) {
 	s := startTestServer(t, addr, "")
 	rec := subscribe(t, s.URL(), subject)
 	i := int64(100)
-	checkFor(t, waitTimeout, "hint after the server came up", func() bool {
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "hint after the server came up", func() bool {
 		i++
 		p.Notify(subject, i)
 		return rec.count() > 0

@@ -1,7 +1,6 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 func TestServerURLAndShutdownTwice(t *testing.T) {
@@ -34,7 +35,7 @@ func TestServerURLAndShutdownTwice(t *testing.T) {
 	var nilServer *Server
 	nilServer.Shutdown()
 
-	checkFor(t, waitTimeout, "client to notice shutdown", func() bool { return !nc.IsConnected() })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "client to notice shutdown", func() bool { return !nc.IsConnected() })
 	if _, err := nats.Connect(url, nats.Timeout(time.Second)); err == nil {
 		t.Fatal("connect after Shutdown succeeded")
 	}
@@ -194,7 +195,7 @@ func TestServerToken(t *testing.T) {
 	}
 	defer pub.Close()
 	pub.Notify(subject, 1)
-	checkFor(t, waitTimeout, "hint through token-protected server", func() bool { return rec.count() > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "hint through token-protected server", func() bool { return rec.count() > 0 })
 
 	// The in-process connection carries the token too.
 	nc, err := s.Connect()
@@ -206,7 +207,7 @@ func TestServerToken(t *testing.T) {
 
 func TestServerLogsToSlog(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := StartServer(context.Background(), ServerOptions{Logger: log})
 	if err != nil {
@@ -219,22 +220,4 @@ func TestServerLogsToSlog(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent log calls.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // interest reports whether a client subscription matches subject on s.
@@ -37,17 +39,17 @@ func TestWatchWakesOnHint(t *testing.T) {
 	defer stop()
 
 	// Wait for the subscription to reach the server before the first publish.
-	checkFor(t, waitTimeout, "subscription on the server", func() bool { return interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the server", func() bool { return interest(s, subject) })
 	pub := connect(t, s.URL())
 	n := wakes.get()
 	publishRaw(t, pub, subject)
-	checkFor(t, waitTimeout, "wake after a hint", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake after a hint", func() bool { return wakes.get() > n })
 
 	// Hints on another subject do not wake.
 	n = wakes.get()
 	publishRaw(t, pub, Subject("shop", "other"))
 	publishRaw(t, pub, subject)
-	checkFor(t, waitTimeout, "wake after the second hint", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake after the second hint", func() bool { return wakes.get() > n })
 	if got := wakes.get(); got != n+1 {
 		t.Fatalf("wakes went from %d to %d for one matching hint", n, got)
 	}
@@ -66,23 +68,23 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	checkFor(t, waitTimeout, "subscription on the first server", func() bool { return interest(s1, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the first server", func() bool { return interest(s1, subject) })
 	pub1 := connect(t, s1.URL(), nats.Token("tok"))
 	n := wakes.get()
 	publishRaw(t, pub1, subject)
-	checkFor(t, waitTimeout, "wake from the first server", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake from the first server", func() bool { return wakes.get() > n })
 
 	s1.Shutdown()
 	n = wakes.get()
 	s2 := startTestServer(t, addr, "tok")
-	checkFor(t, waitTimeout, "wake for the reconnection", func() bool { return wakes.get() > n })
-	checkFor(t, waitTimeout, "subscription on the new server", func() bool { return interest(s2, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake for the reconnection", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the new server", func() bool { return interest(s2, subject) })
 
 	// Only a hint can wake it now.
 	pub2 := connect(t, s2.URL(), nats.Token("tok"))
 	n = wakes.get()
 	publishRaw(t, pub2, subject)
-	checkFor(t, waitTimeout, "wake from the new server", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake from the new server", func() bool { return wakes.get() > n })
 }
 
 // TestWatchStartsWithoutServer: Watch neither blocks nor fails when nothing listens yet.
@@ -102,12 +104,12 @@ func TestWatchStartsWithoutServer(t *testing.T) {
 	}
 
 	s := startTestServer(t, addr, "")
-	checkFor(t, waitTimeout, "wake for the first connection", func() bool { return wakes.get() > 0 })
-	checkFor(t, waitTimeout, "subscription on the server", func() bool { return interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake for the first connection", func() bool { return wakes.get() > 0 })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the server", func() bool { return interest(s, subject) })
 	pub := connect(t, s.URL())
 	n := wakes.get()
 	publishRaw(t, pub, subject)
-	checkFor(t, waitTimeout, "wake from a hint", func() bool { return wakes.get() > n })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "wake from a hint", func() bool { return wakes.get() > n })
 }
 
 func TestWatchStop(t *testing.T) {
@@ -119,10 +121,10 @@ func TestWatchStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "subscription on the server", func() bool { return interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the server", func() bool { return interest(s, subject) })
 	stop()
 	stop()
-	checkFor(t, waitTimeout, "subscription removed", func() bool { return !interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription removed", func() bool { return !interest(s, subject) })
 	n := wakes.Load()
 	publishRaw(t, connect(t, s.URL()), subject)
 	if wakes.Load() != n {
@@ -139,9 +141,9 @@ func TestWatchContextCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "subscription on the server", func() bool { return interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription on the server", func() bool { return interest(s, subject) })
 	cancel()
-	checkFor(t, waitTimeout, "subscription removed after cancel", func() bool { return !interest(s, subject) })
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "subscription removed after cancel", func() bool { return !interest(s, subject) })
 	stop()
 }
 

@@ -7,33 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
-// syncBuffer collects output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testApp returns an app on buffers whose environment is env only.
-func testApp(env map[string]string) (*app, *syncBuffer, *syncBuffer) {
-	var stdout, stderr syncBuffer
+func testApp(env map[string]string) (*app, *testutil.SyncBuffer, *testutil.SyncBuffer) {
+	var stdout, stderr testutil.SyncBuffer
 	a := newApp(nil, &stdout, &stderr)
 	a.lookupEnv = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	a.environ = func() []string {

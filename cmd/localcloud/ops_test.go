@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
@@ -106,7 +108,7 @@ func TestOpsUsageMistakesExit2(t *testing.T) {
 // runIn runs the app with stdin and returns exit code and output.
 func runIn(t *testing.T, stdin []byte, args ...string) (int, []byte, string) {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	a := newApp(bytes.NewReader(stdin), &stdout, &stderr)
 	a.lookupEnv = func(string) (string, bool) { return "", false }
 	code := a.main(context.Background(), args)

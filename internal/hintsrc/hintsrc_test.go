@@ -14,21 +14,11 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/hintsrc"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
 
 const waitTimeout = 20 * time.Second
-
-func checkFor(t testing.TB, total time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", total, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // rig is a hint server, a Source publishing to it, and a subscriber that
 // records the hints of one subject.
@@ -145,7 +135,7 @@ func TestForeignInsertPublishesHint(t *testing.T) {
 	db := foreign(t, dir)
 	insert(t, db, 0)
 	committed := time.Now()
-	checkFor(t, waitTimeout, "a hint after the foreign insert", func() bool { return r.count() >= 1 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint after the foreign insert", func() bool { return r.count() >= 1 })
 	h := r.last()
 	if h.hint.Binding != "orders" || h.hint.Due != 1 {
 		t.Fatalf("hint = %+v, want binding orders, due 1", h.hint)
@@ -153,7 +143,7 @@ func TestForeignInsertPublishesHint(t *testing.T) {
 	t.Logf("hint %s after the commit", h.at.Sub(committed))
 
 	insert(t, db, 0)
-	checkFor(t, waitTimeout, "a second hint", func() bool { return r.count() >= 2 && r.last().hint.Due == 2 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a second hint", func() bool { return r.count() >= 2 && r.last().hint.Due == 2 })
 }
 
 // TestAddHintsExistingBacklog: messages due before the source started are
@@ -172,7 +162,7 @@ func TestAddHintsExistingBacklog(t *testing.T) {
 	if err := r.src.Add("backlog", subject, q); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "a hint for the backlog", func() bool { return r.count() >= 1 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint for the backlog", func() bool { return r.count() >= 1 })
 	if h := r.last().hint; h.Due != 3 {
 		t.Fatalf("hint = %+v, want due 3", h)
 	}
@@ -189,7 +179,7 @@ func TestDelayedMessageHintedWhenDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	due := insert(t, foreign(t, dir), 300*time.Millisecond)
-	checkFor(t, waitTimeout, "a hint when the delayed message is due", func() bool { return r.count() >= 1 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint when the delayed message is due", func() bool { return r.count() >= 1 })
 	h := r.last()
 	if d := h.at.Sub(due); d < 0 || d > time.Second {
 		t.Fatalf("hint %s after visible_at, want 0..1s (a timer, not a poll)", d)
@@ -213,7 +203,7 @@ func TestLeaseEndHinted(t *testing.T) {
 	if err := consumer.Send(context.Background(), queue.Text("job")); err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, waitTimeout, "the send's hint", func() bool { return r.count() >= 1 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "the send's hint", func() bool { return r.count() >= 1 })
 	msgs, err := consumer.Receive(context.Background(), 1, queue.WithVisibility(300*time.Millisecond))
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("Receive = %v, %v", msgs, err)
@@ -224,7 +214,7 @@ func TestLeaseEndHinted(t *testing.T) {
 	}
 	leaseEnd := time.UnixMilli(v)
 	n := r.count()
-	checkFor(t, waitTimeout, "a hint at the lease end", func() bool { return r.count() > n })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint at the lease end", func() bool { return r.count() > n })
 	h := r.last()
 	if d := h.at.Sub(leaseEnd); d < 0 || d > time.Second {
 		t.Fatalf("hint %s after the lease end, want 0..1s (a timer, not a poll)", d)
@@ -246,7 +236,7 @@ func TestBurstCoalesced(t *testing.T) {
 	for range n {
 		insert(t, db, 0)
 	}
-	checkFor(t, waitTimeout, "a hint with every message counted", func() bool { return r.count() > 0 && r.last().hint.Due == n })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint with every message counted", func() bool { return r.count() > 0 && r.last().hint.Due == n })
 	t.Logf("%d commits gave %d hints", n, r.count())
 	if c := r.count(); c >= n {
 		t.Fatalf("%d commits gave %d hints: not coalesced", n, c)
@@ -275,7 +265,7 @@ func TestRemoveStopsHints(t *testing.T) {
 	if err := r.src.Add("removed", subject, q); err != nil {
 		t.Fatalf("re-Add after Remove: %v", err)
 	}
-	checkFor(t, waitTimeout, "the hint of the re-Add (the message is due)", func() bool { return r.count() >= 1 })
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "the hint of the re-Add (the message is due)", func() bool { return r.count() >= 1 })
 	if h := r.last().hint; h.Due != 1 {
 		t.Fatalf("hint after re-Add = %+v, want due 1", h)
 	}

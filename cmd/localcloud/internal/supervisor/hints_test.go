@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -86,7 +87,7 @@ func TestUpHintsFollowTheServedQueues(t *testing.T) {
 		if err := q.Send(ctx, queue.Text(step)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, step+": a hint on "+subject, func() bool { return hints.since(from, subject) })
+		testutil.CheckFor(t, 10*time.Second, 10*time.Millisecond, step+": a hint on "+subject, func() bool { return hints.since(from, subject) })
 	}
 	reload := func(text string) Diff {
 		t.Helper()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 var ctx = context.Background()
@@ -42,32 +42,14 @@ func load(t *testing.T, path string) *config.Stack {
 	return st
 }
 
-// syncBuffer is a log sink safe for the supervisor's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // start writes a stack file into a new temp dir and starts a supervisor on
 // it with the loops off unless opts turn them on.
-func start(t *testing.T, text string, opts Options) (*Supervisor, string, *syncBuffer) {
+func start(t *testing.T, text string, opts Options) (*Supervisor, string, *testutil.SyncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "stack.yaml")
 	writeFile(t, file, text)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
@@ -80,18 +62,6 @@ func start(t *testing.T, text string, opts Options) (*Supervisor, string, *syncB
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, file, logs
-}
-
-// waitFor polls cond every 10 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func mode(t *testing.T, path string) fs.FileMode {
@@ -341,12 +311,12 @@ func TestWatcherReloadsAfterAnEditorReplace(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "orders to be served", func() bool {
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, "orders to be served", func() bool {
 		return strings.Join(s.Bindings(), ",") == "carts,orders"
 	})
 	// A plain overwrite works too, and the watch survived the rename.
 	writeFile(t, file, stackText("  orders:\n    type: queue"))
-	waitFor(t, 5*time.Second, "carts to be removed", func() bool {
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, "carts to be removed", func() bool {
 		return strings.Join(s.Bindings(), ",") == "orders"
 	})
 }
@@ -428,7 +398,7 @@ func TestHealthLoopNoticesTheLockFile(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.Stack().DataDir, LockFileName)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the lock problem in runtime.json", func() bool {
+	testutil.CheckFor(t, 5*time.Second, 10*time.Millisecond, "the lock problem in runtime.json", func() bool {
 		rt, err := ReadRuntime(s.Stack().DataDir)
 		return err == nil && strings.Contains(rt.Health, "owner lock file")
 	})
