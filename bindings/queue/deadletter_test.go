@@ -3,6 +3,7 @@ package queue_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -53,19 +54,7 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	rows, err := q.DB().R.QueryContext(ctx, "SELECT id, payload_type, payload_data FROM messages")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		var typ, data string
-		if err := rows.Scan(&id, &typ, &data); err != nil {
-			t.Fatal(err)
-		}
-		st.source[id] = typ + "\t" + data
-	}
-	rows.Close()
+	scanPayloads(t, q.DB().R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
 	if err := q.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
 		t.Fatal(err)
 	}
@@ -81,29 +70,38 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		return st
 	}
 	defer d.Close()
-	rows, err = d.DB().R.QueryContext(ctx, `SELECT r.origin_id, m.payload_type, m.payload_data
-FROM lc_dead_letters r JOIN messages m ON m.id = r.dlq_message_id`)
+	scanPayloads(t, d.DB().R, `SELECT r.origin_id, m.payload_type, m.payload_data
+FROM lc_dead_letters r JOIN messages m ON m.id = r.dlq_message_id`, func(id int64, p string) {
+		if _, dup := st.dead[id]; dup {
+			t.Errorf("origin id %d has two dead letters", id)
+		}
+		st.dead[id] = p
+		st.records++
+	})
+	if err := d.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
+		t.Fatal(err)
+	}
+	checkIntegrity(t, d.DB().R)
+	return st
+}
+
+// scanPayloads runs query, whose rows are an id, a payload type and the
+// payload's data, and calls row with each id and "type\tdata".
+func scanPayloads(t *testing.T, db *sql.DB, query string, row func(id int64, payload string)) {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, query)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var id int64
 		var typ, data string
 		if err := rows.Scan(&id, &typ, &data); err != nil {
 			t.Fatal(err)
 		}
-		if _, dup := st.dead[id]; dup {
-			t.Errorf("origin id %d has two dead letters", id)
-		}
-		st.dead[id] = typ + "\t" + data
-		st.records++
+		row(id, typ+"\t"+data)
 	}
-	rows.Close()
-	if err := d.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
-		t.Fatal(err)
-	}
-	checkIntegrity(t, d.DB().R)
-	return st
 }
 
 // wantExactlyOnce fails unless every message of want is in exactly one of

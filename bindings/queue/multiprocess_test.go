@@ -61,19 +61,7 @@ func TestMultiProcessReceive(t *testing.T) {
 
 	// What was stored: id -> "type\tdata".
 	want := map[int64]string{}
-	rows, err := q.DB().R.QueryContext(ctx, "SELECT id, payload_type, payload_data FROM messages")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		var typ, data string
-		if err := rows.Scan(&id, &typ, &data); err != nil {
-			t.Fatal(err)
-		}
-		want[id] = typ + "\t" + data
-	}
-	rows.Close()
+	scanPayloads(t, q.DB().R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { want[id] = p })
 	if len(want) != messages {
 		t.Fatalf("%d rows stored; want %d", len(want), messages)
 	}
