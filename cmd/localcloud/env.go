@@ -47,26 +47,16 @@ func (c *envCommand) Run(ctx context.Context, args []string) error {
 	if *format != "sh" && *format != "json" {
 		return &usageError{msg: fmt.Sprintf("-format must be sh or json, got %q", *format), try: "localcloud env --format json"}
 	}
-	st, err := c.app.loadStack(*file)
+	vars, err := c.app.stackEnv(*file, "env")
 	if err != nil {
 		return err
-	}
-	vars, note, err := appEnv(st)
-	if err != nil {
-		return err
-	}
-	if note != "" {
-		fmt.Fprintf(c.app.stderr, "localcloud env: %s\n", note)
 	}
 	if *format == "json" {
 		m := make(map[string]string, len(vars))
 		for _, v := range vars {
 			m[v.name] = v.value
 		}
-		enc := json.NewEncoder(c.app.stdout)
-		enc.SetEscapeHTML(false)
-		enc.SetIndent("", "  ")
-		return enc.Encode(m)
+		return c.app.printJSON(m)
 	}
 	for _, v := range vars {
 		fmt.Fprintf(c.app.stdout, "export %s=%s\n", v.name, shQuote(v.value))
@@ -77,6 +67,23 @@ func (c *envCommand) Run(ctx context.Context, args []string) error {
 type envVar struct{ name, value string }
 
 func (v envVar) String() string { return v.name + "=" + v.value }
+
+// stackEnv loads the stack file and returns the app's environment (appEnv),
+// printing its note, if any, on stderr as from localcloud cmd.
+func (a *app) stackEnv(file, cmd string) ([]envVar, error) {
+	st, err := a.loadStack(file)
+	if err != nil {
+		return nil, err
+	}
+	vars, note, err := appEnv(st)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		fmt.Fprintf(a.stderr, "localcloud %s: %s\n", cmd, note)
+	}
+	return vars, nil
+}
 
 // appEnv returns the variables of the app contract for st: the stack name,
 // the NATS URL (and token), and per binding LOCALCLOUD_BINDING_<NAME> with

@@ -33,16 +33,9 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if fs.NArg() == 0 {
 		return &usageError{msg: "run needs a command to run", try: "localcloud run -f stack.yaml -- CMD ARGS..."}
 	}
-	st, err := c.app.loadStack(*file)
+	vars, err := c.app.stackEnv(*file, "run")
 	if err != nil {
 		return err
-	}
-	vars, note, err := appEnv(st)
-	if err != nil {
-		return err
-	}
-	if note != "" {
-		fmt.Fprintf(c.app.stderr, "localcloud run: %s\n", note)
 	}
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Env = c.app.environ()
