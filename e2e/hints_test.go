@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +20,7 @@ import (
 	_ "modernc.org/sqlite" // the foreign writer's driver
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // Knobs of the hint apps, set in their environment by the tests.
@@ -331,26 +331,12 @@ func leaseEndOf(t *testing.T, s stack, data string) time.Time {
 	return time.UnixMilli(visibleAt)
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
 func TestHintsConsumersSurviveUpStoppingAndStarting(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, ordersStack)
 	// A fixed port, so the NATS URL the consumers were given stays valid
 	// across the restart of up.
-	writeRaw(t, s.file, strings.Replace(stackText(ordersStack), "127.0.0.1:0", "127.0.0.1:"+strconv.Itoa(freePort(t)), 1))
+	writeRaw(t, s.file, strings.Replace(stackText(ordersStack), "127.0.0.1:0", "127.0.0.1:"+strconv.Itoa(testutil.FreePort(t)), 1))
 	up, _ := s.up(t)
 	env := appEnvOf(t, s)
 	const fastPoll = 500 * time.Millisecond

@@ -182,7 +182,7 @@ func TestPublisherInProcessConnection(t *testing.T) {
 // flow once one is up.
 func TestDialPublisherBeforeServer(t *testing.T) {
 	t.Parallel()
-	addr := loopback(freePort(t))
+	addr := loopback(testutil.FreePort(t))
 	p, err := DialPublisher("nats://"+addr, "", PublisherOptions{})
 	if err != nil {
 		t.Fatalf("DialPublisher without a server: %v", err)

@@ -84,7 +84,7 @@ func TestServerEmptyHostMeansLoopback(t *testing.T) {
 
 func TestServerFixedPort(t *testing.T) {
 	t.Parallel()
-	addr := loopback(freePort(t))
+	addr := loopback(testutil.FreePort(t))
 	s := startTestServer(t, addr, "")
 	if s.URL() != "nats://"+addr {
 		t.Fatalf("URL() = %q, want nats://%s", s.URL(), addr)

@@ -59,7 +59,7 @@ func TestWatchWakesOnHint(t *testing.T) {
 // the watcher reconnects, wakes once for the reconnection, and then wakes for new hints.
 func TestWatchSurvivesServerRestart(t *testing.T) {
 	t.Parallel()
-	addr := loopback(freePort(t))
+	addr := loopback(testutil.FreePort(t))
 	s1 := startTestServer(t, addr, "tok")
 	subject := Subject("shop", "orders")
 	var wakes counter
@@ -90,7 +90,7 @@ func TestWatchSurvivesServerRestart(t *testing.T) {
 // TestWatchStartsWithoutServer: Watch neither blocks nor fails when nothing listens yet.
 func TestWatchStartsWithoutServer(t *testing.T) {
 	t.Parallel()
-	addr := loopback(freePort(t))
+	addr := loopback(testutil.FreePort(t))
 	subject := Subject("shop", "orders")
 	var wakes counter
 	start := time.Now()

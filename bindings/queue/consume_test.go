@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -336,14 +335,7 @@ func TestConsumeLeaseExpiryRedelivers(t *testing.T) {
 // foreign writer reaches it through hints, long before the 30 s poll.
 func TestConsumeHintsResumeWhenNATSComesBack(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 	url := "nats://" + addr
 	dir := t.TempDir()
 	subject := notify.Subject("test", "comeback")
