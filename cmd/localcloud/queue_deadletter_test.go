@@ -5,19 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// dlWaitFor polls cond until it holds, failing the test after 10 s.
-func dlWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+	"github.com/localcloud/localcloud/internal/testutil"
+)
 
 // TestQueueDelayExtendRedriveInProcess: send --delay, nack --delay and
 // extend from the command line; receive applies the stack's dead-letter
@@ -98,7 +88,7 @@ bindings:
 		t.Fatalf("nack --delay: %s", stderr)
 	}
 	// maxAttempts 1: once due again, the next receive moves it to the DLQ.
-	dlWaitFor(t, "the back-off to pass", func() bool {
+	testutil.CheckFor(t, 10*time.Second, time.Millisecond, "the back-off to pass", func() bool {
 		_, out, _ := run("stats", "orders", "--json")
 		var st queueStatsJSON
 		mustJSON(out, &st)
