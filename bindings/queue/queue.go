@@ -74,7 +74,7 @@ VALUES (?1, ?2, ?3, ?3, 0)`
 	// The spec's send with a later visible_at (WithDelay).
 	stmtSendAt = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?4, 0)`
-	stmtDue   = `SELECT id, enqueued_at FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
+	stmtDue   = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
 	stmtAny   = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
 	stmtClaim = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
