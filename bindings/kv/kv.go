@@ -179,10 +179,7 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 }
 
 func (s *Store) deleteExpired(ctx context.Context, key string, now int64) error {
-	err := s.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, stmtDeleteIfExp, key, now)
-		return err
-	})
+	_, err := s.db.Exec(ctx, stmtDeleteIfExp, key, now)
 	return opErr(err, "delete expired key %q", key)
 }
 
@@ -213,20 +210,21 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, opts ...PutOp
 	if o.hasTTL {
 		exp = now + o.ttl.Milliseconds()
 	}
-	won := true
-	err := s.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		if !o.ifNotExists {
-			_, err := tx.Exec(ctx, stmtPut, key, value, exp)
-			return err
-		}
-		res, err := tx.Exec(ctx, stmtPutIfAbsent, key, value, exp, now)
+	// One statement each, so each runs as its own transaction.
+	if !o.ifNotExists {
+		_, err := s.db.Exec(ctx, stmtPut, key, value, exp)
 		if err != nil {
-			return err
+			return false, opErr(err, "put %q", key)
 		}
-		n, err := res.RowsAffected()
+		return true, nil
+	}
+	res, err := s.db.Exec(ctx, stmtPutIfAbsent, key, value, exp, now)
+	var won bool
+	if err == nil {
+		var n int64
+		n, err = res.RowsAffected()
 		won = n == 1
-		return err
-	})
+	}
 	if err != nil {
 		return false, opErr(err, "put %q", key)
 	}
@@ -238,10 +236,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := validKey("key", key); err != nil {
 		return err
 	}
-	err := s.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, stmtDelete, key)
-		return err
-	})
+	_, err := s.db.Exec(ctx, stmtDelete, key)
 	return opErr(err, "delete %q", key)
 }
 

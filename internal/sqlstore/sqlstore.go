@@ -287,14 +287,26 @@ func (db *DB) handshake(ctx context.Context) error {
 	return nil
 }
 
-// begin starts the write transaction. Writers of localcloud already queue
-// on the lock file, so a busy database here means a writer that does not
-// take it (another program). SQLite's busy handler would sleep 1, 2, 5 ...
-// 100 ms between tries and oversleep the other writer's commit by up to
-// 100 ms; this loop retries after 50 us .. 2 ms (jittered) instead, for at
-// most the spec's 5 s busy timeout.
+// begin starts the write transaction.
 func (db *DB) begin(ctx context.Context) error {
-	_, err := db.wconn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	st, err := db.stmt(ctx, "BEGIN IMMEDIATE")
+	if err != nil {
+		return err
+	}
+	return db.retryBusy(ctx, func() error {
+		_, err := st.ExecContext(ctx)
+		return err
+	})
+}
+
+// retryBusy runs op, which takes SQLite's write lock, until it is not busy.
+// Writers of localcloud already queue on the lock file, so a busy database
+// here means a writer that does not take it (another program). SQLite's
+// busy handler would sleep 1, 2, 5 ... 100 ms between tries and oversleep
+// the other writer's commit by up to 100 ms; this loop retries after
+// 50 us .. 2 ms (jittered) instead, for at most the spec's 5 s busy timeout.
+func (db *DB) retryBusy(ctx context.Context, op func() error) error {
+	err := op()
 	if err == nil || !db.goBusy || !IsBusy(err) {
 		return err
 	}
@@ -308,13 +320,39 @@ func (db *DB) begin(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		_, err = db.wconn.ExecContext(ctx, "BEGIN IMMEDIATE")
-		if err == nil || !IsBusy(err) {
+		if err = op(); err == nil || !IsBusy(err) {
 			return err
 		}
 		pause = min(2*pause, 2*time.Millisecond)
 	}
 	return err
+}
+
+// Exec runs one write statement on its own (autocommit: the statement is
+// its transaction) under the store's write lock. It saves the separate
+// BEGIN and COMMIT round trips of Write for writes that are one statement.
+// The statement itself is not interrupted by ctx, so a returned error means
+// it did not happen.
+func (db *DB) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if db.ro {
+		return nil, ErrReadOnly
+	}
+	release, err := db.lock.acquire(ctx, db.log)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	st, err := db.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	var res sql.Result
+	err = db.retryBusy(ctx, func() error {
+		var err error
+		res, err = st.ExecContext(context.WithoutCancel(ctx), args...)
+		return err
+	})
+	return res, err
 }
 
 func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
@@ -496,7 +534,11 @@ func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	}
 	// COMMIT must not be interrupted by ctx: an interrupted commit leaves
 	// the caller unsure whether its write landed.
-	if _, err := db.wconn.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
+	commit, err := db.stmt(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	if _, err := commit.ExecContext(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	done = true
