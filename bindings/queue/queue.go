@@ -74,8 +74,14 @@ VALUES (?1, ?2, ?3, ?3, 0)`
 	// The spec's send with a later visible_at (WithDelay).
 	stmtSendAt = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?4, 0)`
-	stmtDue   = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
-	stmtAny   = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
+	stmtDue = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
+	stmtAny = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
+	// The claim of a receive of one message: the spec's select and claim
+	// statement folded into one statement, its own transaction.
+	stmtClaimOne = `UPDATE messages
+SET visible_at = ?1, attempt = attempt + 1,
+receipt_handle = ?2 WHERE id = (SELECT id FROM messages WHERE +visible_at <= ?3 ORDER BY enqueued_at, id LIMIT 1)
+RETURNING id, enqueued_at, payload_type, payload_data, attempt`
 	stmtClaim = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
 receipt_handle = ?2 WHERE id = ?3
@@ -290,6 +296,9 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 			return nil, err
 		}
 	}
+	if max == 1 && !q.dead.set {
+		return q.receiveOne(ctx, ro.visibility)
+	}
 	var msgs []Message
 	var moves []move
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
@@ -355,6 +364,31 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			return msgs, moves, nil
 		}
 	}
+}
+
+// receiveOne claims the first due message with one statement, saving the
+// separate BEGIN, select and COMMIT of a batch claim. With a dead-letter
+// policy Receive takes the batch path, which looks at attempts first.
+func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message, error) {
+	now := q.now()
+	u := uuid.NewString()
+	var m Message
+	var enq int64
+	var typ, data string
+	err := q.db.WriteRow(ctx, stmtClaimOne, []any{now.Add(lease).UnixMilli(), u, now.UnixMilli()},
+		&m.ID, &enq, &typ, &data, &m.Attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		q.lastFull.Store(false)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, opErr(err, "receive")
+	}
+	q.lastFull.Store(true)
+	m.EnqueuedAt = time.UnixMilli(enq)
+	m.ReceiptHandle = formatReceipt(m.ID, u)
+	m.Payload = Payload{Type: PayloadType(typ), Data: data}
+	return []Message{m}, nil
 }
 
 // dueMessages runs the spec's select of up to n due ids.

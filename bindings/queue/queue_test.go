@@ -478,6 +478,12 @@ func TestReceivePlanNoSort(t *testing.T) {
 		t.Fatal(err)
 	}
 	q = openFile(t, dir, queue.WithClock(c.Now))
+	// The one-statement claim of Receive(1): its select must walk in order too.
+	plan := explain(t, q, queue.ExportStmtClaimOne, int64(0), "00000000-0000-0000-0000-000000000000", c.Now().UnixMilli())
+	if strings.Contains(plan, "TEMP B-TREE") || !strings.Contains(plan, "lc_messages_order") {
+		t.Errorf("receive(1) claim plan %q; want a walk of lc_messages_order, no TEMP B-TREE", plan)
+	}
+	t.Logf("claim one: %s", plan)
 	for name, stmt := range map[string]string{
 		// The statement the library runs (the unary + keeps SQLite from
 		// answering visible_at <= ? through the spec's index), and the probe
@@ -510,6 +516,25 @@ func TestReceivePlanNoSort(t *testing.T) {
 			t.Logf("%s, limit %d: %s", name, limit, p)
 		}
 	}
+}
+
+func explain(t *testing.T, q *queue.Queue, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := q.DB().R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	return strings.Join(plan, "; ")
 }
 
 // ---- Memory mode ----

@@ -328,6 +328,28 @@ func (db *DB) retryBusy(ctx context.Context, op func() error) error {
 	return err
 }
 
+// WriteRow runs one write statement with a RETURNING clause on its own
+// (autocommit) under the store's write lock and scans its first row into
+// dest. sql.ErrNoRows means the statement changed nothing.
+func (db *DB) WriteRow(ctx context.Context, query string, args []any, dest ...any) error {
+	if db.ro {
+		return ErrReadOnly
+	}
+	release, err := db.lock.acquire(ctx, db.log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, err := db.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	return db.retryBusy(ctx, func() error {
+		// Scan closes the row, which ends (commits) the statement.
+		return st.QueryRowContext(context.WithoutCancel(ctx), args...).Scan(dest...)
+	})
+}
+
 // Exec runs one write statement on its own (autocommit: the statement is
 // its transaction) under the store's write lock. It saves the separate
 // BEGIN and COMMIT round trips of Write for writes that are one statement.
