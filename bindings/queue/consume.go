@@ -186,7 +186,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			local, hint = q.hints.waitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
-			msgs, err := q.receiveRetry(ctx, k, WithVisibility(c.o.visibility))
+			msgs, err := q.Receive(ctx, k, WithVisibility(c.o.visibility))
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -291,7 +291,7 @@ func (c *consumer) process(m Message) {
 	default:
 		log.Warn("consume: handler failed; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
 	}
-	if nerr := retryBusy(c.hctx, func(ctx context.Context) error { return c.q.Nack(ctx, m.ReceiptHandle) }); nerr != nil {
+	if nerr := c.q.Nack(c.hctx, m.ReceiptHandle); nerr != nil {
 		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
 	}
 }
@@ -316,9 +316,7 @@ func (c *consumer) keepLease(m Message) (stop func()) {
 		if stopped {
 			return
 		}
-		err := retryBusy(ctx, func(ctx context.Context) error {
-			return c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
-		})
+		err := c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
@@ -371,14 +369,10 @@ func (c *consumer) acker() {
 func (c *consumer) ackBatch(msgs []Message) {
 	log := c.o.log
 	var stale []Message
-	err := retryBusy(c.hctx, func(ctx context.Context) error {
-		var err error
-		stale, err = c.q.ackMany(ctx, msgs)
-		return err
-	})
+	stale, err := c.q.ackMany(c.hctx, msgs)
 	if err != nil {
 		for _, m := range msgs {
-			if aerr := retryBusy(c.hctx, func(ctx context.Context) error { return c.q.Ack(ctx, m.ReceiptHandle) }); aerr != nil {
+			if aerr := c.q.Ack(c.hctx, m.ReceiptHandle); aerr != nil {
 				log.Warn("consume: ack failed; the message will be delivered again", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, aerr)
 			}
 		}

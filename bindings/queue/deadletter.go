@@ -484,9 +484,8 @@ func (q *Queue) maybeRecover(ctx context.Context) {
 
 // maxMovesPerClaim caps the dead letters one claim transaction starts: a
 // claim then touches at most twice as many rows as a plain claim of
-// MaxReceiveBatch, so it fits the short attempt deadlines of Consume and
-// ReceiveWait (retryBusy) even on a slow machine; a claim that reached the
-// cap wakes the waiters to claim again. A variable for the crash test,
+// MaxReceiveBatch and holds the write lock briefly even on a slow machine;
+// a claim that reached the cap wakes the waiters to claim again. A variable for the crash test,
 // which wants even smaller moves.
 var maxMovesPerClaim = MaxReceiveBatch
 

@@ -3,8 +3,6 @@ package queue
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -14,13 +12,6 @@ import (
 // due: a lease that ends or a delayed message. The spec's index
 // idx_messages_visible leads with visible_at, so this is one index seek.
 const stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
-
-// Deadlines of the attempts of a store write made by ReceiveWait and
-// Consume; see retryBusy.
-const (
-	attemptFirst = 2 * time.Millisecond   // the first attempt's, before jitter
-	attemptMax   = 100 * time.Millisecond // attempts double up to this
-)
 
 // ReceiveWait is a long poll: it claims up to max due messages like Receive,
 // and when none is due it waits until one is, at most wait, then returns
@@ -49,7 +40,7 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 	for {
 		local, hint := q.hints.waitChans()
 		before := q.now()
-		msgs, err := q.receiveRetry(ctx, max, opts...)
+		msgs, err := q.Receive(ctx, max, opts...)
 		if err != nil || len(msgs) > 0 {
 			return msgs, err
 		}
@@ -107,46 +98,4 @@ func (q *Queue) nextVisible(ctx context.Context, after time.Time) (next time.Tim
 		return time.Time{}, false, nil
 	}
 	return time.UnixMilli(v.Int64), true, nil
-}
-
-// receiveRetry is Receive through retryBusy.
-func (q *Queue) receiveRetry(ctx context.Context, max int, opts ...ReceiveOption) ([]Message, error) {
-	var msgs []Message
-	err := retryBusy(ctx, func(ctx context.Context) error {
-		var err error
-		msgs, err = q.Receive(ctx, max, opts...)
-		return err
-	})
-	return msgs, err
-}
-
-// retryBusy runs op, a store write, with a short, jittered deadline per
-// attempt, and tries again when an attempt runs out of time, until op
-// succeeds, fails otherwise, or ctx ends. Each deadline is twice the last
-// (from 2-4 ms up to 100 ms), so an operation that is merely slow (a big
-// batch, a slow disk, the race detector) soon gets the time it needs.
-//
-// Why: a write that finds the database locked by a writer that does not
-// take localcloud's lock file (a foreign process) waits in SQLite's busy
-// handler, which sleeps 1, 2, 5, 10 ... 100 ms between looks. Against a
-// foreign writer committing every 2 ms with synchronous=FULL (the lock held
-// for most of each millisecond-long fsync) those whole-millisecond sleeps
-// stay in phase with the lock, and Consume measured here fell behind by over
-// a second. Cutting an attempt and starting over at a random moment breaks
-// the phase. An attempt is all-or-nothing (a cut transaction is rolled back;
-// COMMIT itself is never cut), so trying again is safe. This belongs in the
-// store's write path (Go-side jittered retries of BEGIN IMMEDIATE); it lives
-// here until then.
-func retryBusy(ctx context.Context, op func(ctx context.Context) error) error {
-	wait := attemptFirst
-	for {
-		actx, cancel := context.WithTimeout(ctx, wait+rand.N(wait))
-		err := op(actx)
-		cut := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
-		cancel()
-		if !cut {
-			return err
-		}
-		wait = min(2*wait, attemptMax)
-	}
 }
