@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // The official AsyncAPI 3.0.0 JSON schema, bundled (no network needed); see
@@ -19,22 +20,7 @@ import (
 var asyncAPISchemaPath = filepath.Join("testdata", "asyncapi", "asyncapi-3.0.0.schema.json")
 
 var asyncAPISchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
-	f, err := os.Open(asyncAPISchemaPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		return nil, err
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	const url = "file:///asyncapi-3.0.0.schema.json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(url)
+	return testutil.CompileSchema(asyncAPISchemaPath)
 })
 
 // validateAsyncAPI validates a JSON or YAML document against the official schema.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,27 +11,14 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // The official AsyncAPI 3.0.0 JSON schema, kept as test data of package
 // notify (see its README.md for origin and license).
 var asyncAPISchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
-	f, err := os.Open(filepath.Join("..", "..", "notify", "testdata", "asyncapi", "asyncapi-3.0.0.schema.json"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		return nil, err
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	const url = "file:///asyncapi-3.0.0.schema.json"
-	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
-	}
-	return c.Compile(url)
+	return testutil.CompileSchema(filepath.Join("..", "..", "notify", "testdata", "asyncapi", "asyncapi-3.0.0.schema.json"))
 })
 
 // validateAsyncAPI validates a JSON document against the official schema.
