@@ -245,12 +245,8 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 	}
 	now := q.now().UnixMilli()
 	// The spec's insert is one statement: it runs as its own transaction.
-	if o.delay == 0 {
-		_, err = q.db.Exec(ctx, stmtSend, string(p.Type), p.Data, now)
-	} else {
-		_, err = q.db.Exec(ctx, stmtSendAt, string(p.Type), p.Data, now, now+delayMillis(o.delay))
-	}
-	if err != nil {
+	stmt, args := insertStmt(p, now, o.delay)
+	if _, err = q.db.Exec(ctx, stmt, args...); err != nil {
 		return opErr(err, "send")
 	}
 	q.notify()
@@ -259,13 +255,17 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 
 // insert is the spec's send of p at now (unix ms), due after delay.
 func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) error {
-	var err error
-	if delay == 0 {
-		_, err = tx.Exec(ctx, stmtSend, string(p.Type), p.Data, now)
-	} else {
-		_, err = tx.Exec(ctx, stmtSendAt, string(p.Type), p.Data, now, now+delayMillis(delay))
-	}
+	stmt, args := insertStmt(p, now, delay)
+	_, err := tx.Exec(ctx, stmt, args...)
 	return err
+}
+
+// insertStmt is the spec's send, with visible_at = enqueued_at + delay.
+func insertStmt(p Payload, now int64, delay time.Duration) (string, []any) {
+	if delay == 0 {
+		return stmtSend, []any{string(p.Type), p.Data, now}
+	}
+	return stmtSendAt, []any{string(p.Type), p.Data, now, now + delayMillis(delay)}
 }
 
 // Receive claims up to max (1..MaxReceiveBatch) due messages in (enqueued_at,
