@@ -40,14 +40,23 @@ var locks = struct {
 }{m: map[string]*writeLock{}}
 
 // acquireLock returns the process-wide lock of the store file name in dir
-// (dir "" is a memory store) and takes a reference on it.
-func acquireLock(dir, name string) (*writeLock, error) {
+// (dir "" is a memory store) and takes a reference on it. When no handle of
+// this process has the store open, first (if not nil) runs before anything
+// else, while other opens of the same process wait: the only moment a plain
+// descriptor may read the database file (see inspect). An error of first
+// is returned as is.
+func acquireLock(dir, name string, first func() error) (*writeLock, error) {
 	key := filepath.Join(dir, name)
 	locks.Lock()
 	defer locks.Unlock()
 	if l, ok := locks.m[key]; ok {
 		l.refs++
 		return l, nil
+	}
+	if first != nil {
+		if err := first(); err != nil {
+			return nil, err
+		}
 	}
 	l := &writeLock{key: key, mu: make(chan struct{}, 1), refs: 1}
 	if dir != "" {

@@ -72,6 +72,7 @@ type DB struct {
 	Dir    string // store directory ("" in memory mode)
 	Format Format
 	R      *sql.DB   // readers
+	raw    *rawPool  // pinned readers for point reads (rawread.go)
 	w      *sql.DB   // pool of the single writer connection
 	wconn  *sql.Conn // that connection, held for the handle's life
 	lock   *writeLock
@@ -103,12 +104,39 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		if _, err := os.Stat(path); err != nil {
 			return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q", path)
 		}
-	} else if err := prepareFile(abs, path); err != nil {
-		return nil, err
 	}
-	lk, err := acquireLock(abs, f.File)
+	// Modes first, so nothing is created in a directory others can write.
+	p, warns := checkModes(abs, path)
+	if p != nil {
+		return nil, refused(path, p)
+	}
+	for _, w := range warns {
+		logger(o.Logger).Warn("store readable by group or others", "store", path, "problem", w)
+	}
+	if !o.ReadOnly {
+		if err := prepareFile(abs, path); err != nil {
+			return nil, err
+		}
+	}
+	var files storeFiles
+	lk, err := acquireLock(abs, f.File, func() error {
+		var p *fileProblem
+		if files, p = inspect(path); p != nil {
+			return refused(path, p)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	if files.wal == walOrphan && !o.ReadOnly {
+		// A crash left a WAL that SQLite will replay and, once this
+		// handle closes, checkpoint into the file: look at the result
+		// through a connection that cannot checkpoint first.
+		if err := checkRecovered(ctx, path, f); err != nil {
+			lk.release()
+			return nil, err
+		}
 	}
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeoutMillis))
@@ -131,6 +159,54 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	return db, nil
 }
 
+// refused is the error of a store whose files fail the checks of
+// filecheck.go; nothing was opened or written.
+func refused(path string, p *fileProblem) error {
+	return bindings.Errorf(bindings.CodeBindingSetupFailed, "open store %q: %s; the store's files were left untouched", path, p.msg)
+}
+
+// checkRecovered reads the store at path together with the WAL a process
+// that ended left beside it, through a read-only connection (which never
+// checkpoints), and fails unless it holds the format marker and passes
+// PRAGMA quick_check. It runs only on the first open after such an end.
+func checkRecovered(ctx context.Context, path string, f Format) error {
+	c, err := sql.Open("sqlite", readOnlyURI(path, true))
+	if err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q", path)
+	}
+	defer c.Close()
+	c.SetMaxOpenConns(1)
+	db := &DB{Path: path, Format: f}
+	if err := db.checkMarker(ctx, c); err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err,
+			"open store %q: with the -wal a process that ended left beside it", path)
+	}
+	rows, err := c.QueryContext(ctx, fmt.Sprintf("PRAGMA quick_check(%d)", integrityLines))
+	if err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: quick_check with the -wal a process that ended left beside it", path)
+	}
+	defer rows.Close()
+	var bad []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: quick_check", path)
+		}
+		if line != "ok" {
+			bad = append(bad, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: quick_check", path)
+	}
+	if len(bad) > 0 {
+		return bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"open store %q: the database read with the -wal a process that ended left beside it fails quick_check (%s); the store's files were left untouched: move the -wal away if it is not this store's, or restore a backup",
+			path, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
 // memNameRE limits memory store names to something safe inside a URI.
 var memNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
@@ -143,7 +219,7 @@ func OpenMemory(ctx context.Context, name string, f Format, o Options) (*DB, err
 			"name: must be 1..128 characters of A-Z a-z 0-9 . _ -, got %q", name)
 	}
 	vfsName := "/localcloud-" + strings.TrimSuffix(f.File, ".sqlite") + "-" + name
-	lk, err := acquireLock("", vfsName)
+	lk, err := acquireLock("", vfsName, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +317,11 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 	db.R.SetMaxOpenConns(4)
 	db.R.SetMaxIdleConns(4)
 	db.R.SetConnMaxIdleTime(0)
+	rawDB, err := sql.Open("sqlite", rdsn)
+	if err != nil {
+		return fail(err)
+	}
+	db.raw = newRawPool(rawDB)
 	if db.ro {
 		if err := db.checkMarker(ctx, db.R); err != nil {
 			db.closeConns()
@@ -620,6 +701,9 @@ func (db *DB) closeConns() error {
 	db.stmts, db.rstmts = nil, nil
 	db.stmtMu.Unlock()
 	// Readers first: the writer closing last lets SQLite checkpoint the WAL.
+	if db.raw != nil {
+		errs = append(errs, db.raw.close())
+	}
 	if db.R != nil {
 		errs = append(errs, db.R.Close())
 	}

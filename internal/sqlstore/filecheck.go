@@ -1,0 +1,331 @@
+package sqlstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// The checks in this file look at a store's files with stat(2) and plain
+// reads of the database header, the -wal header and the -shm header, before
+// SQLite sees them. SQLite trusts whatever sits beside a database: it
+// replays a -wal file on the first read whatever database it came from (a
+// WAL carries no database identity) and writes its frames into the database
+// file at the next checkpoint, which the last connection to close runs. So
+// a store whose files cannot be trusted is refused before any SQLite
+// connection opens it.
+//
+// Reading the database header opens a second descriptor on the database
+// file, and closing it drops every POSIX lock this process holds on it
+// (STYLE 10). Open therefore runs these checks only while no handle of this
+// process has the store open (see acquireLock).
+
+// Kinds of the file problems, also used as [Problem] kinds by [Verify].
+const (
+	// ProblemFile: the database file is not a whole SQLite database: its
+	// header is wiped or foreign, or the file was cut short.
+	ProblemFile = "file"
+	// ProblemWAL: a non-empty -wal file beside the database cannot be shown
+	// to belong to it.
+	ProblemWAL = "wal"
+	// ProblemMode: the store directory or a file of the store is open to
+	// group or others.
+	ProblemMode = "mode"
+)
+
+// fileProblem is one finding of the checks below.
+type fileProblem struct {
+	kind, path, msg string
+}
+
+func (p *fileProblem) Error() string { return p.msg }
+
+// Modes a store keeps: at most these permission bits.
+const (
+	storeDirMode  fs.FileMode = 0o700
+	storeFileMode fs.FileMode = 0o600
+)
+
+// sqliteMagic starts every SQLite database file.
+var sqliteMagic = []byte("SQLite format 3\x00")
+
+// headerInfo is what the 100-byte database header says.
+type headerInfo struct {
+	size     int64 // of the file
+	pageSize int64 // 0 for an empty file
+	// pages is the in-header database size, or -1 when SQLite would not
+	// trust it either (change counter and version-valid-for differ).
+	pages int64
+}
+
+// groupOtherWrite are the permission bits that let group or others write.
+const groupOtherWrite fs.FileMode = 0o022
+
+// checkDirMode refuses a store directory that group or others may write:
+// they could plant a -wal (which SQLite would replay into the database) or
+// replace the database. A directory they may only read or enter is a
+// warning: the data can be read, but not changed.
+func checkDirMode(dir string, fi fs.FileInfo) (*fileProblem, string) {
+	perm := fi.Mode().Perm()
+	if perm&groupOtherWrite != 0 {
+		return &fileProblem{kind: ProblemMode, path: dir, msg: fmt.Sprintf(
+			"store directory %s has mode %04o: group or others can write it, so they could plant or replace the store's files (a -wal SQLite would replay into the database); localcloud keeps it %04o: fix with chmod 700 %s",
+			dir, perm, storeDirMode, dir)}, ""
+	}
+	if perm&^storeDirMode != 0 {
+		return nil, fmt.Sprintf("store directory %s has mode %04o: group or others can %s it; localcloud keeps it %04o: fix with chmod 700 %s",
+			dir, perm, access(perm), storeDirMode, dir)
+	}
+	return nil, ""
+}
+
+// checkFileMode refuses a database, -wal or -shm file that group or others
+// may write, and warns about one they may only read.
+func checkFileMode(path string, fi fs.FileInfo) (*fileProblem, string) {
+	perm := fi.Mode().Perm()
+	msg := fmt.Sprintf("%s has mode %04o: group or others can %s it; localcloud keeps store files %04o: fix with chmod 600 %s",
+		path, perm, access(perm), storeFileMode, path)
+	switch {
+	case perm&groupOtherWrite != 0:
+		return &fileProblem{kind: ProblemMode, path: path, msg: msg}, ""
+	case perm&^storeFileMode != 0:
+		return nil, msg
+	}
+	return nil, ""
+}
+
+func access(perm fs.FileMode) string {
+	switch {
+	case perm&0o022 != 0 && perm&0o044 != 0:
+		return "read and write"
+	case perm&0o022 != 0:
+		return "write"
+	case perm&0o044 != 0:
+		return "read"
+	}
+	return "enter"
+}
+
+// checkModes checks the store directory, the database file and its -wal
+// and -shm files, where they exist: a mode that lets group or others write
+// is a problem, one that lets them only read is a warning.
+func checkModes(dir, path string) (*fileProblem, []string) {
+	var warns []string
+	if di, err := os.Stat(dir); err == nil {
+		p, w := checkDirMode(dir, di)
+		if p != nil {
+			return p, nil
+		}
+		if w != "" {
+			warns = append(warns, w)
+		}
+	}
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if fi, err := os.Lstat(f); err == nil && fi.Mode().IsRegular() {
+			p, w := checkFileMode(f, fi)
+			if p != nil {
+				return p, nil
+			}
+			if w != "" {
+				warns = append(warns, w)
+			}
+		}
+	}
+	return nil, warns
+}
+
+// readHeader reads and checks the database header. An empty file is a
+// store not created yet.
+func readHeader(path string) (headerInfo, *fileProblem) {
+	var h headerInfo
+	fh, err := os.Open(path)
+	if err != nil {
+		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot read %s: %v", path, err)}
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot stat %s: %v", path, err)}
+	}
+	h.size = fi.Size()
+	if h.size == 0 {
+		return h, nil
+	}
+	b := make([]byte, 100)
+	n, err := io.ReadFull(fh, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot read the header of %s: %v", path, err)}
+	}
+	bad := func(format string, args ...any) (headerInfo, *fileProblem) {
+		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case n == 100 && bytes.Equal(b, make([]byte, 100)):
+		return bad("%s has its 100-byte SQLite header zeroed (%d bytes follow it): the file is damaged; restore a backup", path, h.size-100)
+	case !bytes.HasPrefix(sqliteMagic, b[:min(n, len(sqliteMagic))]):
+		return bad("%s is not a SQLite database (it starts with %q, want %q)", path, b[:min(n, 16)], sqliteMagic)
+	case n < 100:
+		return bad("%s is cut short: %d bytes, less than the 100-byte SQLite header", path, h.size)
+	}
+	h.pageSize = int64(binary.BigEndian.Uint16(b[16:18]))
+	if h.pageSize == 1 {
+		h.pageSize = 65536
+	}
+	if h.pageSize < 512 || h.pageSize&(h.pageSize-1) != 0 {
+		return bad("%s has an invalid page size %d in its header: the file is damaged", path, h.pageSize)
+	}
+	h.pages = -1
+	if cc, vvf := binary.BigEndian.Uint32(b[24:28]), binary.BigEndian.Uint32(b[92:96]); cc == vvf {
+		h.pages = int64(binary.BigEndian.Uint32(b[28:32]))
+	}
+	if h.size%h.pageSize != 0 {
+		return bad("%s is cut mid-page: %d bytes is not a whole number of %d-byte pages (truncated or partly copied); restore a backup",
+			path, h.size, h.pageSize)
+	}
+	return h, nil
+}
+
+// truncated reports a database file shorter than its header says, which is
+// only legitimate while a -wal still holds the missing pages (a checkpoint
+// cut short).
+func (h headerInfo) truncated(path string) *fileProblem {
+	if h.pages > 0 && h.size < h.pages*h.pageSize {
+		return &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf(
+			"%s is truncated: it holds %d pages of %d bytes but its header says %d; restore a backup",
+			path, h.size/h.pageSize, h.pageSize, h.pages)}
+	}
+	return nil
+}
+
+// walState is what checkWAL found.
+type walState int
+
+const (
+	walNone    walState = iota // no -wal, or an empty one
+	walLive                    // another process has the store open: its WAL is in use
+	walOrphan                  // left by a process that ended; its -shm index matches it
+)
+
+// WAL and wal-index layouts (https://sqlite.org/walformat.html).
+const (
+	walHeaderSize = 32
+	shmHeaderSize = 136 // two copies of the 48-byte index header, then checkpoint info
+)
+
+// checkWAL decides whether a non-empty -wal beside path belongs to the
+// database. One that another process has open (it holds the -shm lock every
+// connection keeps) is in use and trusted. Otherwise the -wal was left by a
+// process that ended without checkpointing (a crash), and then SQLite's own
+// -shm index, which that process kept up to date, must name the same WAL:
+// equal salts (random per WAL generation) and page size. A -wal without its
+// -shm, or with an -shm of another WAL, is refused: SQLite would replay it
+// into the database whatever database it came from. pageSize is the
+// database's (0 for an empty file).
+func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
+	walPath, shmPath := path+"-wal", path+"-shm"
+	wi, err := os.Lstat(walPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return walNone, nil
+	case err != nil:
+		return walNone, &fileProblem{kind: ProblemWAL, path: walPath, msg: fmt.Sprintf("cannot stat %s: %v", walPath, err)}
+	case !wi.Mode().IsRegular():
+		return walNone, &fileProblem{kind: ProblemWAL, path: walPath, msg: fmt.Sprintf("%s is not a regular file (%s)", walPath, wi.Mode())}
+	case wi.Size() == 0:
+		return walNone, nil
+	}
+	if live, err := shmInUse(shmPath); err == nil && live {
+		return walLive, nil
+	}
+	refuse := func(why string) (walState, *fileProblem) {
+		return walNone, &fileProblem{kind: ProblemWAL, path: walPath, msg: fmt.Sprintf(
+			"%s (%d bytes) cannot be shown to belong to %s: %s. SQLite would replay it into the database and checkpoint it there, so the store is not opened. "+
+				"If it is another database's WAL, move it away (mv %s ELSEWHERE); if it is this store's own (copied without its -shm, or left by a power cut), "+
+				"keep a copy of the directory and apply it with sqlite3 %s 'PRAGMA wal_checkpoint(TRUNCATE)', then run localcloud check",
+			walPath, wi.Size(), filepath.Base(path), why, walPath, path)}
+	}
+	wh := make([]byte, walHeaderSize)
+	if err := readAt(walPath, wh); err != nil {
+		return refuse("its header cannot be read (" + err.Error() + ")")
+	}
+	magic := binary.BigEndian.Uint32(wh[0:4])
+	if magic != 0x377f0682 && magic != 0x377f0683 {
+		return refuse(fmt.Sprintf("it has no SQLite WAL header (magic %08x)", magic))
+	}
+	walPage := int64(binary.BigEndian.Uint32(wh[8:12]))
+	if pageSize != 0 && walPage != pageSize {
+		return refuse(fmt.Sprintf("its page size is %d, the database's is %d", walPage, pageSize))
+	}
+	sh := make([]byte, shmHeaderSize)
+	if err := readAt(shmPath, sh); errors.Is(err, fs.ErrNotExist) {
+		return refuse("there is no " + filepath.Base(shmPath) + " beside it, which every process that writes the WAL keeps until its WAL is checkpointed")
+	} else if err != nil {
+		return refuse("its index " + filepath.Base(shmPath) + " cannot be read (" + err.Error() + ")")
+	}
+	// The -shm holds two copies of the index header (the second written
+	// first), in native byte order: isInit is byte 12, mxFrame bytes
+	// 16-19, the salts bytes 32-39, copied byte for byte from the WAL
+	// header. A copy with the WAL's salts indexes this WAL. A copy that
+	// indexes no frame and has zero salts is of a WAL that was empty when
+	// it was read: the writer that died wrote this WAL's header, with
+	// fresh salts, and was killed before its first commit reached the index.
+	known := false
+	for _, c := range [][]byte{sh[0:48], sh[48:96]} {
+		if c[12] != 1 {
+			continue
+		}
+		fresh := binary.NativeEndian.Uint32(c[16:20]) == 0 && bytes.Equal(c[32:40], make([]byte, 8))
+		if bytes.Equal(c[32:40], wh[16:24]) || fresh {
+			known = true
+		}
+	}
+	if !known {
+		return refuse(fmt.Sprintf("its salts %x are not the ones its index %s records (%x), so the index is of another WAL",
+			wh[16:24], filepath.Base(shmPath), sh[32:40]))
+	}
+	return walOrphan, nil
+}
+
+// readAt fills b from the start of the file at path.
+func readAt(path string, b []byte) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	_, err = io.ReadFull(fh, b)
+	return err
+}
+
+// storeFiles is the result of inspect.
+type storeFiles struct {
+	header headerInfo
+	wal    walState
+}
+
+// inspect runs the header and WAL checks of the database at path (which
+// exists). It must not run while this process has the database open.
+func inspect(path string) (storeFiles, *fileProblem) {
+	var s storeFiles
+	h, p := readHeader(path)
+	if p != nil {
+		return s, p
+	}
+	s.header = h
+	w, p := checkWAL(path, h.pageSize)
+	if p != nil {
+		return s, p
+	}
+	s.wal = w
+	if w == walNone {
+		if p := h.truncated(path); p != nil {
+			return s, p
+		}
+	}
+	return s, nil
+}
