@@ -8,9 +8,8 @@ package kv
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"encoding/base64"
-	"errors"
 	"strings"
 	"time"
 
@@ -131,27 +130,27 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := validKey("key", key); err != nil {
 		return nil, false, err
 	}
-	st, err := s.db.ReadStmt(ctx, stmtGet)
+	now := s.nowMillis()
+	var row [2]driver.Value // value, expires_at
+	found, err := s.db.ReadRow(ctx, stmtGet, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
 	if err != nil {
 		return nil, false, opErr(err, "get %q", key)
 	}
-	var value []byte
-	var exp sql.NullInt64
-	now := s.nowMillis()
-	err = st.QueryRowContext(ctx, key).Scan(&value, &exp)
-	if errors.Is(err, sql.ErrNoRows) {
+	if !found {
 		return nil, false, nil
 	}
-	if err != nil {
-		return nil, false, opErr(err, "get %q", key)
-	}
-	if exp.Valid && exp.Int64 <= now {
+	if exp, ok := row[1].(int64); ok && exp <= now {
 		return nil, false, s.deleteExpired(ctx, key, now)
 	}
-	if value == nil {
-		value = []byte{}
+	switch v := row[0].(type) {
+	case []byte:
+		if v != nil {
+			return v, true, nil
+		}
+	case string: // TEXT written by another program into the BLOB column
+		return []byte(v), true, nil
 	}
-	return value, true, nil
+	return []byte{}, true, nil
 }
 
 // Exists reports whether key holds a live value.
@@ -159,20 +158,16 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	if err := validKey("key", key); err != nil {
 		return false, err
 	}
-	st, err := s.db.ReadStmt(ctx, stmtExists)
+	now := s.nowMillis()
+	var row [1]driver.Value // expires_at
+	found, err := s.db.ReadRow(ctx, stmtExists, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
 	if err != nil {
 		return false, opErr(err, "exists %q", key)
 	}
-	var exp sql.NullInt64
-	now := s.nowMillis()
-	err = st.QueryRowContext(ctx, key).Scan(&exp)
-	if errors.Is(err, sql.ErrNoRows) {
+	if !found {
 		return false, nil
 	}
-	if err != nil {
-		return false, opErr(err, "exists %q", key)
-	}
-	if exp.Valid && exp.Int64 <= now {
+	if exp, ok := row[0].(int64); ok && exp <= now {
 		return false, s.deleteExpired(ctx, key, now)
 	}
 	return true, nil
@@ -321,7 +316,9 @@ func decodeCursor(prefix, cursor string) (string, error) {
 		return "", bad
 	}
 	p, last, ok := strings.Cut(string(b), "\x00")
-	if !ok || p != prefix || !strings.HasPrefix(last, prefix) {
+	// Base64 decoding ignores line breaks and the unused bits of the last
+	// character, so a cursor is accepted only in the one form Scan issues.
+	if !ok || p != prefix || !strings.HasPrefix(last, prefix) || encodeCursor(prefix, last) != cursor {
 		return "", bad
 	}
 	return last, nil
