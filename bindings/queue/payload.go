@@ -35,6 +35,8 @@ func JSON(v any) Payload {
 	switch raw := v.(type) {
 	case json.RawMessage:
 		b, err = compact(raw)
+	case []byte:
+		b, err = compact(raw)
 	default:
 		b, err = json.Marshal(v)
 	}
@@ -52,12 +54,18 @@ func compact(raw []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Decode unmarshals a JSON payload into v.
+// Decode unmarshals a JSON payload into v. Its errors are INVALID_INPUT and
+// wrap encoding/json's (a *json.SyntaxError for data that is not JSON, which
+// only a foreign writer can store; a *json.UnmarshalTypeError when v does
+// not fit).
 func (p Payload) Decode(v any) error {
 	if p.Type != TypeJSON {
 		return bindings.Errorf(bindings.CodeInvalidInput, "payload: type is %q, want %q", p.Type, TypeJSON)
 	}
-	return json.Unmarshal([]byte(p.Data), v)
+	if err := json.Unmarshal([]byte(p.Data), v); err != nil {
+		return bindings.Wrap(bindings.CodeInvalidInput, err, "payload: decode %d bytes of JSON", len(p.Data))
+	}
+	return nil
 }
 
 // String returns the stored data.
