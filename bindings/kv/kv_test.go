@@ -236,6 +236,8 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 		`INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localkv.v1')`,
 		kv.Schema,
 		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:a', X'00FF', NULL)`,
+		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:text', 'hi', NULL)`,
+		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:empty', X'', NULL)`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
@@ -249,6 +251,13 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 	got, ok, err := s.Get(ctx, "spec:a")
 	if err != nil || !ok || !bytes.Equal(got, []byte{0, 0xff}) {
 		t.Fatalf("Get = %x %v %v", got, ok, err)
+	}
+	// Another program may bind a string to the BLOB column.
+	if got, ok, err := s.Get(ctx, "spec:text"); err != nil || !ok || string(got) != "hi" {
+		t.Fatalf("Get of a TEXT value = %q %v %v", got, ok, err)
+	}
+	if got, ok, err := s.Get(ctx, "spec:empty"); err != nil || !ok || got == nil || len(got) != 0 {
+		t.Fatalf("Get of an empty value = %#v %v %v, want a non-nil empty slice", got, ok, err)
 	}
 	if _, err := s.Put(ctx, "ours", []byte("v")); err != nil {
 		t.Fatal(err)
