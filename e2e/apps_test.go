@@ -108,6 +108,9 @@ func appMain(mode string) int {
 	if code, ok := hintsAppMain(mode); ok { // hints_test.go
 		return code
 	}
+	if code, ok := chaosAppMain(mode); ok { // chaos_apps_test.go
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "app: unknown mode %q\n", mode)
 	return 2
 }
