@@ -242,6 +242,9 @@ func (p *parser) checkDataDir(s *Stack, r *rawStack) (string, bool) {
 	case hasTilde(v):
 		p.addf(n, field, "~ is not expanded, got %q; write ${HOME}%s", v, v[1:])
 		return "", false
+	case strings.ContainsRune(v, 0):
+		p.addf(n, field, "must not contain a NUL byte, got %q", v)
+		return "", false
 	case filepath.IsAbs(v):
 		s.DataDir = filepath.Clean(v)
 	default:
@@ -278,6 +281,11 @@ func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, b
 		return "", false
 	case hasTilde(v):
 		p.addf(n, field, "~ is not expanded, got %q; write ${HOME}%s", v, v[1:])
+		return "", false
+	case strings.ContainsRune(v, 0):
+		// The kernel refuses such a name; without this check the path
+		// passed wherever its folder did not exist yet and up failed.
+		p.addf(n, field, "must not contain a NUL byte, got %q", v)
 		return "", false
 	case filepath.IsAbs(v):
 		b.Path, b.AbsolutePathGiven = filepath.Clean(v), true

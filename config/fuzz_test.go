@@ -3,8 +3,10 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -14,8 +16,11 @@ import (
 	"github.com/localcloud/localcloud/config"
 )
 
-// FuzzParse checks that no input makes Parse panic, and that every answer is
-// either a well-formed stack or a well-formed list of problems.
+// FuzzParse checks that no input makes Parse panic, that every answer is
+// either a well-formed stack or a well-formed list of problems, that the
+// answer is the same twice, that Parse writes nothing, and that an accepted
+// stack keeps every relative binding path inside dataDir and no two
+// bindings sharing or nesting a folder.
 func FuzzParse(f *testing.F) {
 	if ex, err := os.ReadFile("../examples/stack.yaml"); err == nil {
 		f.Add(ex)
@@ -38,6 +43,12 @@ func FuzzParse(f *testing.F) {
 		"{version: 1, name: shop, bindings: {q: {type: queue, visibilityTimeout: 12h, maxAttempts: 1000, deadLetter: r}, r: {type: queue}}}",
 		"\tversion: 1",
 		"version: 1\nname: shop\nbindings:\n  \"a\\nb\":\n    type: \"kv\\r\\nx\"\n",
+		"version: 1\nname: shop\ndataDir: \"a\\0b\"\n",
+		hdr + "  a:\n    type: kv\n    path: \"q\\0\"\n",
+		"version: 1\nname: shop\ndataDir: ../../up\nbindings:\n  a:\n    type: kv\n    path: x/../../../y\n",
+		"version: 1\nname: shop\nnotify:\n  listen: 0.0.0.0:0\n",
+		"version: 1\nname: shop\nnotify:\n  listen: \"[::]:4222\"\n  token: \"\"\n",
+		"a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nversion: *c\nname: *c\nbindings: *c\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -46,6 +57,13 @@ func FuzzParse(f *testing.F) {
 		dir := t.TempDir()
 		env := envOf(map[string]string{"TOKEN": "t", "HOME": "/home/u"})
 		s, err := config.Parse(bytes.NewReader(data), "fuzz.yaml", dir, config.WithLookupEnv(env))
+		if ents, rerr := os.ReadDir(dir); rerr != nil || len(ents) != 0 {
+			t.Fatalf("Parse wrote into its base folder: %v, %v", ents, rerr)
+		}
+		s2, err2 := config.Parse(bytes.NewReader(data), "fuzz.yaml", dir, config.WithLookupEnv(env))
+		if !reflect.DeepEqual(s, s2) || fmt.Sprint(err) != fmt.Sprint(err2) {
+			t.Fatalf("two parses differ:\n%+v, %v\n%+v, %v", s, err, s2, err2)
+		}
 		if err != nil {
 			if s != nil {
 				t.Fatalf("got a stack and an error: %v", err)
@@ -92,6 +110,19 @@ func FuzzParse(f *testing.F) {
 			}
 			if (b.MaxAttempts == 0) != (b.DeadLetter == "") {
 				t.Fatalf("maxAttempts without deadLetter or the reverse: %+v", b)
+			}
+			if strings.ContainsRune(b.Path, 0) || strings.ContainsRune(s.DataDir, 0) {
+				t.Fatalf("a path with a NUL byte was accepted: %+v", b)
+			}
+			if !b.AbsolutePathGiven && !strings.HasPrefix(b.Path, s.DataDir+string(filepath.Separator)) {
+				t.Fatalf("relative path of %s left dataDir %s: %s", b.Name, s.DataDir, b.Path)
+			}
+		}
+		for i, a := range s.Bindings {
+			for _, b := range s.Bindings[i+1:] {
+				if a.Path == b.Path || strings.HasPrefix(a.Path, b.Path+"/") || strings.HasPrefix(b.Path, a.Path+"/") {
+					t.Fatalf("bindings %s (%s) and %s (%s) share or nest a folder", a.Name, a.Path, b.Name, b.Path)
+				}
 			}
 		}
 	})
