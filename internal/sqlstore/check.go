@@ -104,6 +104,16 @@ func readOnlyURI(path string, queryOnly bool) string {
 	return fileURI(path, q)
 }
 
+// immutableURI opens path read-only as a file nothing changes: SQLite reads
+// the database file alone, ignores a -wal beside it and creates no -shm.
+func immutableURI(path string) string {
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Set("immutable", "1")
+	q.Add("_pragma", "query_only(1)")
+	return fileURI(path, q)
+}
+
 // Verify checks the database file at path against the format f without
 // writing to it: the meta format marker, the schema (every object of
 // MetaDDL, f.Schema and f.Extra, compared as normalized SQL, plus any object
@@ -111,8 +121,16 @@ func readOnlyURI(path string, queryOnly bool) string {
 // (localcloud's own indexes) may be missing: that is a note, since a
 // spec-exact store lacks them and localcloud creates them on its next open.
 //
+// Before SQLite reads anything, the database header and a -wal beside the
+// file are checked as Open checks them (a wiped or cut file is a
+// ProblemFile, a -wal that cannot be shown to belong to the database a
+// ProblemWAL). Such a -wal is never read: the database file is then
+// verified on its own (SQLite's immutable mode), so not even the -shm a
+// read-only connection would build from the -wal is written.
+//
 // Every finding is a Problem; the error is only for a cancelled ctx or a
-// path that is not a regular file.
+// path that is not a regular file. Verify must not run in a process that
+// has the database open (it reads the header with its own descriptor).
 func Verify(ctx context.Context, path string, f Format) (Verification, error) {
 	var v Verification
 	fi, err := os.Stat(path)
@@ -122,7 +140,23 @@ func Verify(ctx context.Context, path string, f Format) (Verification, error) {
 	if !fi.Mode().IsRegular() {
 		return v, fmt.Errorf("verify %s: not a regular file (mode %s)", path, fi.Mode())
 	}
-	db, err := sql.Open("sqlite", readOnlyURI(path, true))
+	uri := readOnlyURI(path, true)
+	h, p := readHeader(path)
+	if p != nil {
+		v.Problems = append(v.Problems, Problem{Kind: p.kind, Message: p.msg})
+		if p.unreadable {
+			return v, nil
+		}
+	}
+	if w, p := checkWAL(path, h.pageSize); p != nil {
+		v.Problems = append(v.Problems, Problem{Kind: p.kind, Message: p.msg + "; the database file was verified without it"})
+		uri = immutableURI(path)
+	} else if w == walNone && h.pageSize != 0 {
+		if p := h.truncated(path); p != nil {
+			v.Problems = append(v.Problems, Problem{Kind: p.kind, Message: p.msg})
+		}
+	}
+	db, err := sql.Open("sqlite", uri)
 	if err != nil {
 		return v, err
 	}

@@ -27,8 +27,8 @@ import (
 
 // Kinds of the file problems, also used as [Problem] kinds by [Verify].
 const (
-	// ProblemFile: the database file is not a whole SQLite database: its
-	// header is wiped or foreign, or the file was cut short.
+	// ProblemFile: the database file was cut short: mid-page, or shorter
+	// than its header says. (A wiped or foreign header is a ProblemOpen.)
 	ProblemFile = "file"
 	// ProblemWAL: a non-empty -wal file beside the database cannot be shown
 	// to belong to it.
@@ -41,6 +41,8 @@ const (
 // fileProblem is one finding of the checks below.
 type fileProblem struct {
 	kind, path, msg string
+	// unreadable: SQLite cannot read the file as a database at all.
+	unreadable bool
 }
 
 func (p *fileProblem) Error() string { return p.msg }
@@ -162,6 +164,9 @@ func readHeader(path string) (headerInfo, *fileProblem) {
 		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot read the header of %s: %v", path, err)}
 	}
 	bad := func(format string, args ...any) (headerInfo, *fileProblem) {
+		if h.pageSize == 0 {
+			return h, &fileProblem{kind: ProblemOpen, path: path, msg: fmt.Sprintf(format, args...), unreadable: true}
+		}
 		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf(format, args...)}
 	}
 	switch {
@@ -176,8 +181,9 @@ func readHeader(path string) (headerInfo, *fileProblem) {
 	if h.pageSize == 1 {
 		h.pageSize = 65536
 	}
-	if h.pageSize < 512 || h.pageSize&(h.pageSize-1) != 0 {
-		return bad("%s has an invalid page size %d in its header: the file is damaged", path, h.pageSize)
+	if ps := h.pageSize; ps < 512 || ps&(ps-1) != 0 {
+		h.pageSize = 0
+		return bad("%s has an invalid page size %d in its header: the file is damaged", path, ps)
 	}
 	h.pages = -1
 	if cc, vvf := binary.BigEndian.Uint32(b[24:28]), binary.BigEndian.Uint32(b[92:96]); cc == vvf {
@@ -206,9 +212,9 @@ func (h headerInfo) truncated(path string) *fileProblem {
 type walState int
 
 const (
-	walNone    walState = iota // no -wal, or an empty one
-	walLive                    // another process has the store open: its WAL is in use
-	walOrphan                  // left by a process that ended; its -shm index matches it
+	walNone   walState = iota // no -wal, or an empty one
+	walLive                   // another process has the store open: its WAL is in use
+	walOrphan                 // left by a process that ended; its -shm index matches it
 )
 
 // WAL and wal-index layouts (https://sqlite.org/walformat.html).

@@ -86,6 +86,10 @@ type DB struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// PageSize is the database's page size in bytes: its file is always a
+	// whole number of pages.
+	PageSize int64
 }
 
 // Open opens or creates the store of format f in dir, following the spec's
@@ -155,6 +159,10 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
 		return nil, err
+	}
+	if err := db.R.QueryRowContext(ctx, "PRAGMA page_size").Scan(&db.PageSize); err != nil {
+		_ = db.Close()
+		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the page size", path)
 	}
 	return db, nil
 }
@@ -423,12 +431,12 @@ func (db *DB) WriteRow(ctx context.Context, query string, args []any, dest ...an
 	defer release()
 	st, err := db.stmt(ctx, query)
 	if err != nil {
-		return err
+		return db.fsErr(err)
 	}
-	return db.retryBusy(ctx, func() error {
+	return db.fsErr(db.retryBusy(ctx, func() error {
 		// Scan closes the row, which ends (commits) the statement.
 		return st.QueryRowContext(context.WithoutCancel(ctx), args...).Scan(dest...)
-	})
+	}))
 }
 
 // Exec runs one write statement on its own (autocommit: the statement is
@@ -447,7 +455,7 @@ func (db *DB) Exec(ctx context.Context, query string, args ...any) (sql.Result, 
 	defer release()
 	st, err := db.stmt(ctx, query)
 	if err != nil {
-		return nil, err
+		return nil, db.fsErr(err)
 	}
 	var res sql.Result
 	err = db.retryBusy(ctx, func() error {
@@ -455,7 +463,7 @@ func (db *DB) Exec(ctx context.Context, query string, args ...any) (sql.Result, 
 		res, err = st.ExecContext(context.WithoutCancel(ctx), args...)
 		return err
 	})
-	return res, err
+	return res, db.fsErr(err)
 }
 
 func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
@@ -611,7 +619,7 @@ var ErrReadOnly = errors.New("store opened read-only")
 
 // Write runs fn in one BEGIN IMMEDIATE transaction while holding the store's
 // write lock, commits if fn returns nil and rolls back otherwise (also when
-// fn panics).
+// fn panics). A full disk is a LOCAL_FILESYSTEM_ERROR (see fsErr).
 func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	if db.ro {
 		return ErrReadOnly
@@ -621,6 +629,7 @@ func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		return err
 	}
 	defer release()
+	defer func() { err = db.fsErr(err) }()
 	done := false
 	defer func() {
 		if !done {
