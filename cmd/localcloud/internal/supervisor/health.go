@@ -52,6 +52,11 @@ func (s *store) check() string {
 		if perm := fi.Mode().Perm(); perm != FileMode {
 			probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", perm, FileMode))
 		}
+		// SQLite only ever writes whole pages, so any other size means
+		// the file was cut (reads of the lost pages fail as corrupt).
+		if size := fi.Size(); s.pageSize > 0 && (size == 0 || size%s.pageSize != 0) {
+			probs = append(probs, fmt.Sprintf("database file truncated: %d bytes is not a whole number of %d-byte pages; run localcloud check", size, s.pageSize))
+		}
 	}
 	if len(probs) == 0 {
 		return HealthOK

@@ -23,7 +23,10 @@ type store struct {
 	file   string       // the database file
 	dirID  fileID       // recorded right after the open
 	fileID fileID
-	health string
+	// pageSize is the database's page size: its file is always a whole
+	// number of pages.
+	pageSize int64
+	health   string
 }
 
 // dbFile returns the database file of a binding.
@@ -65,6 +68,11 @@ func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store,
 		return nil, fmt.Errorf("open %s binding %s: stat store: %w", b.Type, b.Name, firstErr(err1, err2))
 	}
 	s.dirID, s.fileID = idOf(di), idOf(fi)
+	if s.kv != nil {
+		s.pageSize = s.kv.DB().PageSize
+	} else {
+		s.pageSize = s.queue.DB().PageSize
+	}
 	return s, nil
 }
 
