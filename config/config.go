@@ -208,6 +208,10 @@ func Load(path string, opts ...Option) (*Stack, error) {
 		return nil, fmt.Errorf("load stack file: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+		// Parse can only say "larger than"; here the size is known.
+		return nil, newErrors([]Problem{{File: path, Msg: fmt.Sprintf("file is %d bytes, larger than the limit of %d bytes", fi.Size(), MaxFileSize)}})
+	}
 	data, err := readLimited(f)
 	if err != nil {
 		return nil, fmt.Errorf("load stack file: read %s: %w", path, err)
