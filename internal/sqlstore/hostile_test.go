@@ -1,0 +1,520 @@
+package sqlstore_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/testutil"
+)
+
+// The hostile-store tests put a damaged or foreign file where a store is
+// expected and check that the library (kv.Open, queue.Open, read-write and
+// read-only) and Verify (localcloud check) refuse it with a clear
+// BINDING_SETUP_FAILED that names the path and the problem, and that no
+// byte of any file in the store directory changes and no file appears.
+
+// crashDirEnv switches TestHostileHelperCrash into the helper process.
+const crashDirEnv = "LOCALCLOUD_TEST_CRASH_DIR"
+
+// crashSends is how many messages the helper sends before it is killed.
+const crashSends = 200
+
+// TestHostileHelperCrash is the helper process of crashedQueue: it opens
+// the queue in $LOCALCLOUD_TEST_CRASH_DIR, sends crashSends messages, says
+// "sent" and waits to be killed, leaving the store as a crash leaves it:
+// the database, a non-empty -wal with the sends, and the -shm index.
+func TestHostileHelperCrash(t *testing.T) {
+	dir := os.Getenv(crashDirEnv)
+	if dir == "" {
+		t.Skip("helper process of the hostile-store tests")
+	}
+	ctx := context.Background()
+	q, err := queue.Open(ctx, dir)
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(1)
+	}
+	for i := range crashSends {
+		if err := q.Send(ctx, queue.Text(fmt.Sprintf("m-%03d", i))); err != nil {
+			fmt.Println("send:", err)
+			os.Exit(1)
+		}
+	}
+	fmt.Println("sent")
+	_, _ = io.Copy(io.Discard, os.Stdin) // until killed
+	os.Exit(2)
+}
+
+// crashedQueue returns a queue directory whose writer was killed (SIGKILL)
+// after crashSends committed sends, with its -wal and -shm left behind.
+func crashedQueue(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "q")
+	c := testutil.StartChild(t, "crashing writer", "TestHostileHelperCrash", crashDirEnv+"="+dir)
+	c.Expect(t, "sent", time.Minute)
+	if err := c.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done
+	path := filepath.Join(dir, queue.FileName)
+	for _, side := range []string{"-wal", "-shm"} {
+		if fi, err := os.Stat(path + side); err != nil || fi.Size() == 0 {
+			t.Fatalf("the killed writer left no non-empty %s (stat: %v)", side, err)
+		}
+	}
+	return dir
+}
+
+// storeQueue creates a queue with n messages of 100 bytes and closes it.
+func storeQueue(t *testing.T, n int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := queue.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := q.Send(context.Background(), queue.Text(fmt.Sprintf("m-%03d-%s", i, strings.Repeat("x", 94)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// foreignWAL returns the -wal of a database of another program (a users
+// table), copied while the program had it open.
+func foreignWAL(t *testing.T) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "users.db")
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, s := range []string{
+		"PRAGMA journal_mode=WAL", "PRAGMA wal_autocheckpoint=0",
+		"CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)",
+		"INSERT INTO users (email) VALUES ('a@example.com')",
+	} {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	// SQLite takes no lock on the -wal file itself, so reading it with a
+	// descriptor of our own cannot disturb the connection.
+	b, err := os.ReadFile(path + "-wal")
+	if err != nil || len(b) == 0 {
+		t.Fatalf("foreign -wal: %d bytes, %v", len(b), err)
+	}
+	return b
+}
+
+// snapshot is every file of a store directory but the lock file (which
+// holds no data) and its sha256.
+func snapshot(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][32]byte{}
+	for _, e := range es {
+		if strings.HasSuffix(e.Name(), ".lock") {
+			continue
+		}
+		out[e.Name()] = sha256File(t, filepath.Join(dir, e.Name()))
+	}
+	return out
+}
+
+// wantSameFiles fails if a file of before changed or disappeared, or a
+// file appeared. With sidecars, SQLite may have created the -shm index and
+// an empty -wal of file to read it (a read-only connection of a WAL
+// database needs them, see sqlstore.Verify); they hold no data.
+func wantSameFiles(t *testing.T, dir string, before map[string][32]byte, after, file string, sidecars bool) {
+	t.Helper()
+	now := snapshot(t, dir)
+	var names []string
+	for n := range before {
+		names = append(names, n)
+	}
+	for n := range now {
+		if _, ok := before[n]; ok {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(dir, n))
+		switch {
+		case sidecars && n == file+"-shm":
+		case sidecars && n == file+"-wal" && err == nil && fi.Size() == 0:
+		default:
+			t.Errorf("%s: %s appeared", after, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		h, ok := now[n]
+		switch {
+		case !ok:
+			t.Errorf("%s: %s disappeared", after, n)
+		case h != before[n]:
+			b := before[n]
+			t.Errorf("%s: %s changed (sha256 %x -> %x)", after, n, b[:6], h[:6])
+		}
+	}
+}
+
+func writeFile(t *testing.T, path string, b []byte, perm os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, b, perm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chmod(t *testing.T, path string, perm os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, perm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(path, 0o700) }) // so t.TempDir can clean up
+}
+
+// hostileCase is one damaged store.
+type hostileCase struct {
+	name string
+	kv   bool // a KV store (else a queue)
+	// make builds the store and returns its directory.
+	make func(t *testing.T) string
+	// want are the parts the open error must name, besides the path.
+	want []string
+	// verifyKinds are the Problem kinds Verify must report.
+	verifyKinds []string
+}
+
+func hostileCases() []hostileCase {
+	qpath := func(dir string) string { return filepath.Join(dir, queue.FileName) }
+	return []hostileCase{{
+		name: "truncated mid-page",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 300)
+			fi, _ := os.Stat(qpath(dir))
+			if err := os.Truncate(qpath(dir), fi.Size()-1000); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		},
+		want:        []string{"cut mid-page", "is not a whole number of 4096-byte pages"},
+		verifyKinds: []string{sqlstore.ProblemFile},
+	}, {
+		name: "truncated at a page boundary, marker page intact",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 300)
+			fi, _ := os.Stat(qpath(dir))
+			pages := fi.Size() / 4096
+			if err := os.Truncate(qpath(dir), pages/2*4096); err != nil {
+				t.Fatal(err)
+			}
+			// The cut kept the pages of the schema and the marker row.
+			b, err := os.ReadFile(qpath(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte("format"+queue.Marker)) || !bytes.Contains(b, []byte("CREATE TABLE messages")) {
+				t.Fatalf("the cut to %d of %d pages lost the marker or the schema", pages/2, pages)
+			}
+			return dir
+		},
+		want:        []string{"is truncated", "its header says"},
+		verifyKinds: []string{sqlstore.ProblemFile},
+	}, {
+		name: "zeroed header",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 50)
+			b, err := os.ReadFile(qpath(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(b, make([]byte, 100))
+			writeFile(t, qpath(dir), b, 0o600)
+			return dir
+		},
+		want:        []string{"header zeroed"},
+		verifyKinds: []string{sqlstore.ProblemOpen},
+	}, {
+		name: "another program's -wal",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 50)
+			writeFile(t, qpath(dir)+"-wal", foreignWAL(t), 0o600)
+			return dir
+		},
+		want:        []string{"-wal", "cannot be shown to belong", "there is no localqueue.sqlite-shm", "move it away"},
+		verifyKinds: []string{sqlstore.ProblemWAL},
+	}, {
+		name: "another store's -wal, without its -shm",
+		make: func(t *testing.T) string {
+			other := crashedQueue(t)
+			dir := storeQueue(t, 50)
+			b, err := os.ReadFile(qpath(other) + "-wal")
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, qpath(dir)+"-wal", b, 0o600)
+			return dir
+		},
+		want:        []string{"-wal", "cannot be shown to belong", "there is no localqueue.sqlite-shm"},
+		verifyKinds: []string{sqlstore.ProblemWAL},
+	}, {
+		name: "another store's -wal over a crashed store's",
+		make: func(t *testing.T) string {
+			other := crashedQueue(t)
+			dir := crashedQueue(t)
+			b, err := os.ReadFile(qpath(other) + "-wal")
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, qpath(dir)+"-wal", b, 0o600)
+			return dir
+		},
+		want:        []string{"-wal", "cannot be shown to belong", "its salts", "index is of another WAL"},
+		verifyKinds: []string{sqlstore.ProblemWAL},
+	}, {
+		name: "another format's marker",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), "UPDATE meta SET value = 'localkv.v2' WHERE key = 'format'")
+			for _, side := range []string{"-wal", "-shm"} {
+				if _, err := os.Stat(filepath.Join(dir, kv.FileName) + side); err == nil {
+					t.Fatalf("the marker edit left a %s", side)
+				}
+			}
+			return dir
+		},
+		want:        []string{`found format "localkv.v2"`, `supported format is "localkv.v1"`},
+		verifyKinds: []string{sqlstore.ProblemMarker},
+	}, {
+		name: "world-writable directory",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 10)
+			chmod(t, dir, 0o777)
+			return dir
+		},
+		want:        []string{"store directory", "mode 0777", "group or others can write it", "chmod 700 "},
+		verifyKinds: nil, // modes are check's, not Verify's
+	}, {
+		name: "group-writable database file",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			if err := os.Chmod(filepath.Join(dir, kv.FileName), 0o660); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		},
+		want:        []string{"mode 0660", "group or others can read and write it", "chmod 600 "},
+		verifyKinds: nil,
+	}}
+}
+
+// openStore opens the case's store the way an app does and closes it if
+// the open succeeded.
+func openStore(c hostileCase, dir string, readOnly bool) error {
+	ctx := context.Background()
+	if c.kv {
+		var opts []kv.Option
+		if readOnly {
+			opts = append(opts, kv.ReadOnly())
+		}
+		s, err := kv.Open(ctx, dir, opts...)
+		if err == nil {
+			_ = s.Close()
+		}
+		return err
+	}
+	var opts []queue.Option
+	if readOnly {
+		opts = append(opts, queue.ReadOnly())
+	}
+	q, err := queue.Open(ctx, dir, opts...)
+	if err == nil {
+		_ = q.Close()
+	}
+	return err
+}
+
+func TestHostileStoresAreRefusedUntouched(t *testing.T) {
+	t.Parallel()
+	for _, c := range hostileCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := c.make(t)
+			f, file := queue.Format(), queue.FileName
+			if c.kv {
+				f, file = kv.Format(), kv.FileName
+			}
+			path := filepath.Join(dir, file)
+			before := snapshot(t, dir)
+			_, planted := before[file+"-wal"]
+
+			for _, ro := range []bool{false, true} {
+				err := openStore(c, dir, ro)
+				what := fmt.Sprintf("open (read-only %v)", ro)
+				var be *bindings.Error
+				switch {
+				case !errors.As(err, &be):
+					t.Errorf("%s: err = %v; want a *bindings.Error", what, err)
+				case be.Code != bindings.CodeBindingSetupFailed:
+					t.Errorf("%s: code %s; want %s: %v", what, be.Code, bindings.CodeBindingSetupFailed, err)
+				default:
+					for _, w := range append([]string{path}, c.want...) {
+						if !strings.Contains(err.Error(), w) {
+							t.Errorf("%s: error does not say %q:\n%v", what, w, err)
+						}
+					}
+				}
+				wantSameFiles(t, dir, before, what, file, !planted)
+			}
+
+			v, err := sqlstore.Verify(context.Background(), path, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range c.verifyKinds {
+				found := false
+				for _, p := range v.Problems {
+					found = found || p.Kind == k
+				}
+				if !found {
+					t.Errorf("Verify reported %q; want a %q problem", kinds(v), k)
+				}
+			}
+			for _, p := range v.Problems {
+				t.Logf("Verify: %s", p)
+			}
+			wantSameFiles(t, dir, before, "Verify", file, !planted)
+		})
+	}
+}
+
+// TestForeignWALWasCheckpointedIntoTheStore documents why the WAL check
+// exists: SQLite itself replays a -wal of another database and, when the
+// last connection closes, writes it into the database file. A plain
+// read-write connection, as the handshake used, turns the queue into the
+// other program's database.
+func TestForeignWALWasCheckpointedIntoTheStore(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 50)
+	path := filepath.Join(dir, queue.FileName)
+	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
+	before := sha256File(t, path)
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables string
+	if err := db.QueryRow("SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'").Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tables != "users" {
+		t.Errorf("SQLite read the store with the foreign -wal as tables %q; want the other program's users", tables)
+	}
+	if sha256File(t, path) == before {
+		t.Errorf("closing the connection left the database file as it was; the WAL check guards against a checkpoint SQLite no longer does")
+	}
+}
+
+// TestCrashLeftWALIsRecovered is the other side of the WAL check: the -wal
+// and -shm a killed writer leaves are the store's own, so every committed
+// send is there after the next open, in order.
+func TestCrashLeftWALIsRecovered(t *testing.T) {
+	t.Parallel()
+	dir := crashedQueue(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	q, err := queue.Open(ctx, dir, queue.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatalf("open after the crash: %v", err)
+	}
+	defer q.Close()
+	for i := range crashSends {
+		ms, err := q.Receive(ctx, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("receive %d: %v, %d messages", i, err, len(ms))
+		}
+		if want := fmt.Sprintf("m-%03d", i); ms[0].Payload.Data != want {
+			t.Fatalf("message %d = %q; want %q", i, ms[0].Payload.Data, want)
+		}
+		if err := q.Ack(ctx, ms[0].ReceiptHandle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, err := q.Receive(ctx, 1); err != nil || len(ms) != 0 {
+		t.Errorf("after %d messages: %d more, %v", crashSends, len(ms), err)
+	}
+}
+
+// TestLiveWALIsTrusted: a store another process has open has a non-empty
+// -wal; opening it meanwhile is the normal case and must work.
+func TestLiveWALIsTrusted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "q")
+	c := testutil.StartChild(t, "live writer", "TestHostileHelperCrash", crashDirEnv+"="+dir)
+	c.Expect(t, "sent", time.Minute)
+	q, err := queue.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("open while another process has the store open: %v", err)
+	}
+	defer q.Close()
+	st, err := q.Stats(context.Background())
+	if err != nil || st.Total != crashSends {
+		t.Errorf("stats %+v, %v; want %d messages", st, err, crashSends)
+	}
+}
+
+// TestGroupReadableStoreOpensWithAWarning: a database file or directory
+// that group or others may read (but not write) opens, as spec-written
+// stores and t.TempDir directories need, and the logger says so.
+func TestGroupReadableStoreOpensWithAWarning(t *testing.T) {
+	t.Parallel()
+	dir := newKV(t)
+	path := filepath.Join(dir, kv.FileName)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s, err := kv.Open(context.Background(), dir, kv.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, ok, err := s.Get(context.Background(), "k"); err != nil || !ok || string(v) != "v" {
+		t.Errorf("get k = %q, %v, %v", v, ok, err)
+	}
+	for _, w := range []string{"level=WARN", path, "mode 0644", "chmod 600 " + path} {
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("log does not say %q:\n%s", w, logs.String())
+		}
+	}
+}
