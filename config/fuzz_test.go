@@ -127,3 +127,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestFlowDepthLimit checks the guard that keeps deep [ ] and { } nests
+// away from yaml.v3, whose time is quadratic in the depth: 101 levels are
+// refused naming the limit, the depth and the line; brackets in quoted
+// scalars and comments do not count.
+func TestFlowDepthLimit(t *testing.T) {
+	t.Parallel()
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	_, err := parseIn(t, t.TempDir(), "version: 1\nname: shop\n\nx: "+deep(101)+"\n")
+	wantProblems(t, err, "4:0: : [ ] and { } nest 101 levels deep, more than the limit of 100; a stack file needs 3")
+
+	// Garbage is reported as such, not by its depth.
+	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: "+deep(101)+"\n\x00")
+	wantProblems(t, err, "4:0: : invalid YAML: control character 0x00 is not allowed")
+
+	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: "+deep(100)+"\n")
+	wantProblems(t, err, "3:1: x: unknown field")
+
+	brackets := strings.Repeat("[{", 200)
+	s := mustParse(t, t.TempDir(), "version: 1\nname: shop # "+brackets+"\nnotify:\n  listen: 127.0.0.1:0\n  token: \"\\\""+brackets+"\"\n  # "+brackets+"\nbindings:\n  q:\n    type: queue\n    path: '"+brackets+"'\n")
+	if s.Notify.Token != `"`+brackets || binding(t, s, "q").Path != filepath.Join(s.DataDir, brackets) {
+		t.Errorf("token %q, path %q", s.Notify.Token, binding(t, s, "q").Path)
+	}
+}

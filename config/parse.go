@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -76,6 +77,14 @@ func (p *parser) run(data []byte, dir string) *Stack {
 		p.addf(nil, "", "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
+	if depth, line := flowDepth(data); depth > maxFlowDepth {
+		if msg, bad := notText(data); msg != "" {
+			p.addf(&yaml.Node{Line: bad}, "", "invalid YAML: %s", msg)
+		} else {
+			p.addf(&yaml.Node{Line: line}, "", "[ ] and { } nest %d levels deep, more than the limit of %d; a stack file needs 3", depth, maxFlowDepth)
+		}
+		return nil
+	}
 	root := p.decode(data)
 	if root == nil {
 		return nil
@@ -85,6 +94,71 @@ func (p *parser) run(data []byte, dir string) *Stack {
 		return nil
 	}
 	return p.check(raw, dir)
+}
+
+// maxFlowDepth bounds how deep flow collections ([...], {...}) nest.
+// yaml.v3 parses a nest in time quadratic in its depth (up to its own limit
+// of 10000), so a MaxFileSize file of deep nests took seconds and 100 MB.
+const maxFlowDepth = 100
+
+// flowDepth returns the deepest nesting of [ and { outside quoted scalars
+// and comments, and the line where it was reached. It only guards decode:
+// it may count a bracket of a plain scalar, never by a hundred.
+func flowDepth(data []byte) (max, maxLine int) {
+	depth, line := 0, 1
+	var quote byte // the open quote, or 0
+	comment := false
+	prev := byte('\n')
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if c == '\n' {
+			line++
+			comment = false
+		}
+		switch {
+		case comment:
+		case quote == '"' && c == '\\':
+			i++ // an escape in a double-quoted scalar
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '#' && (prev == ' ' || prev == '\t' || prev == '\n'):
+			comment = true
+		case (c == '"' || c == '\'') && strings.IndexByte(" \t\n[{,:", prev) >= 0:
+			quote = c
+		case c == '[' || c == '{':
+			depth++
+			if depth > max {
+				max, maxLine = depth, line
+			}
+		case (c == ']' || c == '}') && depth > 0:
+			depth--
+		}
+		prev = c
+	}
+	return max, maxLine
+}
+
+// notText describes the first byte that keeps data from being UTF-8 text
+// without control characters (other than tab and line breaks), and its
+// line; "" when there is none. Garbage is reported as such, not by its
+// depth, without handing yaml.v3 a deep nest.
+func notText(data []byte) (string, int) {
+	line := 1
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			return fmt.Sprintf("byte 0x%02x is not UTF-8", data[i]), line
+		case r == '\n':
+			line++
+		case r < ' ' && r != '\t' && r != '\r' || r == 0x7f:
+			return fmt.Sprintf("control character 0x%02x is not allowed", r), line
+		}
+		i += n
+	}
+	return "", 0
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)

@@ -114,6 +114,15 @@ func TestHostileStackFiles(t *testing.T) {
 			want: []string{"bindings.orders.deadLetter: must be a queue binding name, got a list",
 				"bindings.orders.maxAttempts: must be an integer between 1 and 1000, got a list",
 				"bindings.dlq: must be a mapping with type and the binding's settings, got a list"}},
+		{name: "1 MB of deeply nested [ ]",
+			setup: func(t *testing.T, root, dir, out string) []string {
+				// yaml.v3's time is quadratic in the depth of a nest:
+				// before the depth limit this took ~10 s and ~100 MB.
+				nest := strings.Repeat("[", 9000) + strings.Repeat("]", 9000)
+				writeStackFile(t, dir, "version: 1\nname: shop\nx: ["+strings.Repeat(nest+",", 55)+"1]\n")
+				return nil
+			},
+			want: []string{"[ ] and { } nest 9001 levels deep, more than the limit of 100"}},
 		{name: "100 MB stack file",
 			setup: func(t *testing.T, root, dir, out string) []string {
 				writeStackFile(t, dir, stackText("  orders:\n    type: queue\n"))
@@ -131,7 +140,7 @@ func TestHostileStackFiles(t *testing.T) {
 				writeStackFile(t, dir, string(garbage))
 				return nil
 			},
-			want: []string{"invalid YAML"}},
+			want: []string{"invalid YAML", "not UTF-8"}},
 		{name: "binary garbage (an ELF executable)",
 			setup: func(t *testing.T, root, dir, out string) []string {
 				// The first 512 KiB of localcloud itself, read without
@@ -148,7 +157,7 @@ func TestHostileStackFiles(t *testing.T) {
 				writeStackFile(t, dir, string(exe))
 				return nil
 			},
-			want: []string{"invalid YAML"}},
+			want: []string{"invalid YAML", "control character 0x7f is not allowed"}},
 		{name: "listen on 0.0.0.0 without a token",
 			setup: func(t *testing.T, root, dir, out string) []string {
 				writeStackFile(t, dir, "version: 1\nname: shop\nnotify:\n  listen: 0.0.0.0:0\nbindings:\n  orders:\n    type: queue\n")
