@@ -71,10 +71,11 @@ type DB struct {
 	Path   string // database file, or "memory:<name>"
 	Dir    string // store directory ("" in memory mode)
 	Format Format
-	R      *sql.DB   // readers
-	raw    *rawPool  // pinned readers for point reads (rawread.go)
-	w      *sql.DB   // pool of the single writer connection
-	wconn  *sql.Conn // that connection, held for the handle's life
+	R      *sql.DB       // readers
+	raw    *rawPool      // pinned readers for point reads (rawread.go)
+	ckpt   *checkpointer // background checkpoints (checkpoint.go); nil without a WAL
+	w      *sql.DB       // pool of the single writer connection
+	wconn  *sql.Conn     // that connection, held for the handle's life
 	lock   *writeLock
 	log    *slog.Logger
 	ro     bool
@@ -345,6 +346,15 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 		}
 		return fail(err)
 	}
+	if db.goBusy { // a file in WAL mode
+		for _, p := range walPragmas {
+			if _, err := db.wconn.ExecContext(ctx, p); err != nil {
+				db.closeConns()
+				return fail(err)
+			}
+		}
+		db.ckpt = newCheckpointer(wdsn, db.Path, db.lock, db.log)
+	}
 	return nil
 }
 
@@ -433,10 +443,14 @@ func (db *DB) WriteRow(ctx context.Context, query string, args []any, dest ...an
 	if err != nil {
 		return db.fsErr(err)
 	}
-	return db.fsErr(db.retryBusy(ctx, func() error {
+	err = db.retryBusy(ctx, func() error {
 		// Scan closes the row, which ends (commits) the statement.
 		return st.QueryRowContext(context.WithoutCancel(ctx), args...).Scan(dest...)
-	}))
+	})
+	if err == nil {
+		db.ckpt.committed()
+	}
+	return db.fsErr(err)
 }
 
 // Exec runs one write statement on its own (autocommit: the statement is
@@ -463,6 +477,9 @@ func (db *DB) Exec(ctx context.Context, query string, args ...any) (sql.Result, 
 		res, err = st.ExecContext(context.WithoutCancel(ctx), args...)
 		return err
 	})
+	if err == nil {
+		db.ckpt.committed()
+	}
 	return res, db.fsErr(err)
 }
 
@@ -654,6 +671,7 @@ func (db *DB) Write(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		return err
 	}
 	done = true
+	db.ckpt.committed()
 	return nil
 }
 
@@ -710,6 +728,7 @@ func (db *DB) closeConns() error {
 	db.stmts, db.rstmts = nil, nil
 	db.stmtMu.Unlock()
 	// Readers first: the writer closing last lets SQLite checkpoint the WAL.
+	db.ckpt.close()
 	if db.raw != nil {
 		errs = append(errs, db.raw.close())
 	}
