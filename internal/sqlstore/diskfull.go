@@ -22,6 +22,16 @@ const lowSpace = 1 << 20
 // are returned as they are. SQLite rolled the failed statement back, so
 // nothing of it was committed.
 func (db *DB) fsErr(err error) error {
+	return db.diskFull(err, "the write was not committed")
+}
+
+// openErr is fsErr for a failed open: a process that opens a store needs
+// room for the -shm index SQLite creates beside it.
+func (db *DB) openErr(err error) error {
+	return db.diskFull(err, "the store was not opened")
+}
+
+func (db *DB) diskFull(err error, outcome string) error {
 	if err == nil || db.Dir == "" {
 		return err
 	}
@@ -44,6 +54,6 @@ func (db *DB) fsErr(err error) error {
 		space = fmt.Sprintf("%d bytes free", free)
 	}
 	return &bindings.Error{Code: bindings.CodeLocalFilesystemError, Err: err, Msg: fmt.Sprintf(
-		"store %q: the disk is full (%s on the filesystem of %s): the write was not committed; free space and retry",
-		db.Path, space, db.Dir)}
+		"store %q: the disk is full (%s on the filesystem of %s): %s; free space and retry",
+		db.Path, space, db.Dir, outcome)}
 }

@@ -159,7 +159,7 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
-		return nil, err
+		return nil, db.openErr(err)
 	}
 	if err := db.R.QueryRowContext(ctx, "PRAGMA page_size").Scan(&db.PageSize); err != nil {
 		_ = db.Close()
