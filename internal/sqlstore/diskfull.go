@@ -32,7 +32,7 @@ func (db *DB) openErr(err error) error {
 }
 
 func (db *DB) diskFull(err error, outcome string) error {
-	if err == nil || db.Dir == "" {
+	if err == nil || db.Dir == "" || bindings.CodeOf(err) == bindings.CodeLocalFilesystemError {
 		return err
 	}
 	var se *sqlite.Error
