@@ -229,6 +229,10 @@ Usage:
 For every binding (or the ones named) check verifies:
   - the store directory has mode 0700 and the database file and its -wal
     and -shm files mode 0600 (a looser mode is a problem);
+  - the database file is whole (a SQLite header, whole pages, as many as
+    its header says) and a non-empty -wal belongs to it (held by a running
+    process, or recorded in the -shm a crashed writer left); a -wal that
+    cannot be shown to belong is not read;
   - the meta table holds the format marker of the binding's type
     (localkv.v1 or localqueue.v1);
   - the schema matches the format's DDL: every table and index of the spec
