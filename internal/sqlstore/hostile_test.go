@@ -518,3 +518,29 @@ func TestGroupReadableStoreOpensWithAWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashLeftWALOverACutFileIsRefused: a -wal a killed writer left is
+// trusted (its -shm records it), so the header check lets the database file
+// be shorter than its header says (a checkpoint cut short looks so). The
+// store read with that WAL is then checked through a connection that
+// cannot checkpoint: cut to its first page, it has lost the marker and is
+// refused, and neither the database file nor the -wal changes.
+func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := crashedQueue(t)
+	path := filepath.Join(dir, queue.FileName)
+	if err := os.Truncate(path, 4096); err != nil {
+		t.Fatal(err)
+	}
+	db, wal := sha256File(t, path), sha256File(t, path+"-wal")
+	_, err := queue.Open(context.Background(), dir)
+	t.Logf("open: %v", err)
+	var be *bindings.Error
+	if !errors.As(err, &be) || be.Code != bindings.CodeBindingSetupFailed || !strings.Contains(err.Error(), path) ||
+		!strings.Contains(err.Error(), "-wal a process that ended left") {
+		t.Errorf("open of a cut file with a crash-left -wal: %v; want BINDING_SETUP_FAILED naming %s and the -wal", err, path)
+	}
+	if sha256File(t, path) != db || sha256File(t, path+"-wal") != wal {
+		t.Errorf("the refused open changed the database file or the -wal")
+	}
+}

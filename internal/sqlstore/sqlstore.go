@@ -187,8 +187,9 @@ func checkRecovered(ctx context.Context, path string, f Format) error {
 	c.SetMaxOpenConns(1)
 	db := &DB{Path: path, Format: f}
 	if err := db.checkMarker(ctx, c); err != nil {
-		return bindings.Wrap(bindings.CodeBindingSetupFailed, err,
-			"open store %q: with the -wal a process that ended left beside it", path)
+		return &bindings.Error{Code: bindings.CodeBindingSetupFailed, Err: err, Msg: fmt.Sprintf(
+			"open store %q: the database read with the -wal a process that ended left beside it fails the format marker check; the store's files were left untouched: move the -wal away if it is not this store's, or restore a backup",
+			path)}
 	}
 	rows, err := c.QueryContext(ctx, fmt.Sprintf("PRAGMA quick_check(%d)", integrityLines))
 	if err != nil {
