@@ -48,7 +48,9 @@ type BackupResult struct {
 // then links it into place, so dst either holds a verified backup or does
 // not exist. An existing dst is never overwritten: the error matches
 // ErrExists. A copy that fails verification gives a *VerifyError and is
-// removed.
+// removed. Unless this process has src open, src's header and -wal are
+// checked first as Open checks them: a -wal that cannot be tied to src is
+// refused before SQLite reads it.
 func Backup(ctx context.Context, src, dst string, f Format) (BackupResult, error) {
 	if _, err := os.Lstat(dst); err == nil {
 		return BackupResult{}, fmt.Errorf("back up to %s: %w", dst, ErrExists)
@@ -58,6 +60,11 @@ func Backup(ctx context.Context, src, dst string, f Format) (BackupResult, error
 		return BackupResult{}, fmt.Errorf("back up to %s: %w", dst, err)
 	}
 	defer removeFiles(tmp)
+	// A -wal SQLite cannot tie to src would be read into the snapshot, and
+	// the -shm that read builds would make it look like src's own.
+	if _, _, p := checkUnopened(src); p != nil {
+		return BackupResult{}, fmt.Errorf("back up %s: %s", src, p.msg)
+	}
 	if err := Snapshot(ctx, src, tmp); err != nil {
 		return BackupResult{}, err
 	}

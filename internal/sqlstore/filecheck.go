@@ -335,3 +335,28 @@ func inspect(path string) (storeFiles, *fileProblem) {
 	}
 	return s, nil
 }
+
+// checkUnopened runs the header and WAL checks on the database at path,
+// unless a handle of this process has it open (its open ran them, and a
+// plain descriptor would now drop SQLite's locks). For the tools that read
+// or replace a store without opening it as a store: backup and restore.
+func checkUnopened(path string) (headerInfo, walState, *fileProblem) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return headerInfo{}, walNone, nil
+	}
+	locks.Lock()
+	defer locks.Unlock()
+	if _, open := locks.m[abs]; open {
+		return headerInfo{}, walLive, nil
+	}
+	h, hp := readHeader(abs)
+	w, wp := checkWAL(abs, h.pageSize)
+	if wp != nil {
+		return h, w, wp
+	}
+	if hp == nil && w == walNone {
+		hp = h.truncated(abs)
+	}
+	return h, w, hp
+}

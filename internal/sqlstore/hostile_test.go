@@ -544,3 +544,69 @@ func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
 		t.Errorf("the refused open changed the database file or the -wal")
 	}
 }
+
+// TestBackupRefusesAForeignWAL: a backup reads the store through SQLite,
+// which would replay a foreign -wal into the snapshot and build a -shm that
+// makes the -wal look like the store's own to the next open. Backup
+// refuses it first and changes nothing.
+func TestBackupRefusesAForeignWAL(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 20)
+	path := filepath.Join(dir, queue.FileName)
+	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
+	before := snapshot(t, dir)
+	dst := filepath.Join(t.TempDir(), "b.sqlite")
+	_, err := sqlstore.Backup(context.Background(), path, dst, queue.Format())
+	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
+		t.Errorf("backup of a store with a foreign -wal: %v; want the -wal named", err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("backup left %s (stat: %v)", dst, err)
+	}
+	wantSameFiles(t, dir, before, "backup", queue.FileName, false)
+}
+
+// TestRestoreOverHostileStores: restore is how a damaged store is fixed, so
+// it works over a file SQLite cannot open (kept byte for byte as the
+// replaced one); but it refuses while a foreign -wal sits beside the store,
+// since checkpointing it would write it into the file it keeps.
+func TestRestoreOverHostileStores(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := filepath.Join(storeQueue(t, 5), queue.FileName)
+
+	damaged := storeQueue(t, 50)
+	path := filepath.Join(damaged, queue.FileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, make([]byte, 100))
+	writeFile(t, path, b, 0o600)
+	res, err := sqlstore.Restore(ctx, damaged, queue.Format(), src, now)
+	if err != nil {
+		t.Fatalf("restore over a zeroed header: %v", err)
+	}
+	if kept, err := os.ReadFile(res.Replaced); err != nil || !bytes.Equal(kept, b) {
+		t.Errorf("the replaced damaged file was not kept byte for byte (%v)", err)
+	}
+	q, err := queue.Open(ctx, damaged)
+	if err != nil {
+		t.Fatalf("open the restored store: %v", err)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.Total != 5 {
+		t.Errorf("restored store: %+v, %v; want the backup's 5 messages", st, err)
+	}
+	_ = q.Close()
+
+	planted := storeQueue(t, 50)
+	path = filepath.Join(planted, queue.FileName)
+	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
+	before := snapshot(t, planted)
+	_, err = sqlstore.Restore(ctx, planted, queue.Format(), src, now)
+	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
+		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
+	}
+	wantSameFiles(t, planted, before, "restore", queue.FileName, false)
+}

@@ -117,8 +117,18 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 	}
 
 	if _, err := os.Stat(live); err == nil {
-		if err := checkpointAndClose(ctx, live); err != nil {
-			return res, fmt.Errorf("restore %s: %w", live, err)
+		// Checkpointing a -wal that cannot be tied to the live database
+		// would write it into the file kept as the replaced one. A damaged
+		// file without a -wal has nothing to checkpoint (and SQLite could
+		// not open it): it is kept as it is.
+		_, w, p := checkUnopened(live)
+		if p != nil && p.kind == ProblemWAL {
+			return res, fmt.Errorf("restore %s: %s", live, p.msg)
+		}
+		if p == nil || w != walNone {
+			if err := checkpointAndClose(ctx, live); err != nil {
+				return res, fmt.Errorf("restore %s: %w", live, err)
+			}
 		}
 		if err := notInUse(live); err != nil {
 			return res, fmt.Errorf("restore %s: %w", live, err)
