@@ -155,7 +155,10 @@ func readHeader(path string) (headerInfo, *fileProblem) {
 		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot stat %s: %v", path, err)}
 	}
 	h.size = fi.Size()
-	if h.size == 0 {
+	if h.size == 0 || hotJournal(path) {
+		// A hot journal: a rollback-mode transaction (the creation of a
+		// store) was cut short and its pages may be anything; SQLite
+		// restores the file from the journal on the next read-write open.
 		return h, nil
 	}
 	b := make([]byte, 100)
@@ -198,7 +201,7 @@ func readHeader(path string) (headerInfo, *fileProblem) {
 
 // truncated reports a database file shorter than its header says, which is
 // only legitimate while a -wal still holds the missing pages (a checkpoint
-// cut short).
+// cut short). (A -journal is dealt with in readHeader.)
 func (h headerInfo) truncated(path string) *fileProblem {
 	if h.pages > 0 && h.size < h.pages*h.pageSize {
 		return &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf(
@@ -359,4 +362,12 @@ func checkUnopened(path string) (headerInfo, walState, *fileProblem) {
 		hp = h.truncated(abs)
 	}
 	return h, w, hp
+}
+
+// hotJournal reports whether a non-empty rollback journal is beside path:
+// a transaction in rollback mode was cut short and SQLite restores the
+// file from the journal on the next read-write open.
+func hotJournal(path string) bool {
+	fi, err := os.Stat(path + "-journal")
+	return err == nil && fi.Size() > 0
 }

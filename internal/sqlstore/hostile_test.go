@@ -610,3 +610,60 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	}
 	wantSameFiles(t, planted, before, "restore", queue.FileName, false)
 }
+
+// TestHotJournalIsRolledBack: a writer killed while it created a store (in
+// rollback-journal mode, before the switch to WAL) leaves a database file
+// shorter than its first page says and a hot -journal. That is not a cut
+// file: SQLite rolls the journal back on the next open, which then creates
+// the store. The cut is taken from a real transaction that spilled pages
+// to the file before its commit.
+func TestHotJournalIsRolledBack(t *testing.T) {
+	t.Parallel()
+	scratch := filepath.Join(t.TempDir(), queue.FileName)
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: scratch}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, queue.Format().Schema,
+		"INSERT INTO meta VALUES ('format', 'localqueue.v1')"} {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	for i := range 200 {
+		if _, err := db.Exec("INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at) VALUES ('text', ?, 0, 0)", strings.Repeat("x", 500)+fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The transaction is open: copy the files as a kill would leave them
+	// (the scratch connection is thrown away, so the locks this copy
+	// drops do not matter).
+	dir := filepath.Join(t.TempDir(), "q")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, queue.FileName)
+	for _, side := range []string{"", "-journal"} {
+		b, err := os.ReadFile(scratch + side)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("the open transaction left no %s: %d bytes, %v", side, len(b), err)
+		}
+		if side == "" {
+			b = b[:4096] // the first page is written, the rest not yet
+		}
+		writeFile(t, path+side, b, 0o600)
+	}
+	q, err := queue.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("open after a creation cut short: %v", err)
+	}
+	defer q.Close()
+	if err := q.Send(context.Background(), queue.Text("after")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(context.Background()); err != nil || st.Total != 1 {
+		t.Errorf("stats %+v, %v; want the rolled-back store with the one new message", st, err)
+	}
+}
