@@ -55,6 +55,7 @@ type checkpointer struct {
 	kick chan struct{}
 	stop chan struct{}
 	wg   sync.WaitGroup
+	once sync.Once
 
 	commits int // commits since the last kick; guarded by the write lock
 }
@@ -149,11 +150,12 @@ func (c *checkpointer) catchUp(conn *sql.DB) error {
 
 // close stops the goroutine and closes its connection. It must run before
 // the writer connection closes, so that the writer is the last connection
-// and SQLite's final checkpoint on close removes the WAL.
+// and SQLite's final checkpoint on close removes the WAL. Safe to call
+// twice.
 func (c *checkpointer) close() {
 	if c == nil {
 		return
 	}
-	close(c.stop)
+	c.once.Do(func() { close(c.stop) })
 	c.wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sync"
 )
@@ -156,4 +157,26 @@ func (db *DB) ReadRow(ctx context.Context, query string, args []driver.NamedValu
 		return errors.Join(err, rows.Close())
 	})
 	return found, err
+}
+
+// seedWAL gives a WAL that holds no commit yet one that changes nothing: a
+// meta row added and removed in one transaction (SQLite skips a write that
+// leaves a row as it was, so rewriting a row would not do). SQLite takes the
+// database's size from the last commit in the WAL index, and while there is
+// none, every read transaction asks the file system instead (an fstat(2),
+// a sixth of a point read). A store that is only read after it was opened,
+// such as an app's configuration, would pay that on every read until
+// someone writes.
+func (db *DB) seedWAL(ctx context.Context) error {
+	fi, err := os.Stat(db.Path + "-wal")
+	if err != nil || fi.Size() > 0 {
+		return nil
+	}
+	return db.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('localcloud.seed', '')`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM meta WHERE key = 'localcloud.seed'`)
+		return err
+	})
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -108,5 +110,50 @@ func TestReadRowWaitAndClose(t *testing.T) {
 	fresh := &DB{raw: db.raw}
 	if _, err := fresh.ReadRow(ctx, `SELECT 1`, nil, row[:]); !errors.Is(err, errClosed) {
 		t.Fatalf("ReadRow after Close = %v, want %v", err, errClosed)
+	}
+}
+
+// Reopening a store whose WAL went away with its last handle leaves a
+// commit in the new WAL (so reads take the database size from it) and the
+// meta table as it was.
+func TestOpenSeedsAnEmptyWAL(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Open(ctx, dir, rawFormat, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO meta (key, value) VALUES ('app', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(db.Path + "-wal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the last close left the WAL: %v", err)
+	}
+	db, err = Open(ctx, dir, rawFormat, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if fi, err := os.Stat(db.Path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Fatalf("WAL after the open: %v, %v; want a commit in it", fi, err)
+	}
+	rows, err := db.R.QueryContext(ctx, `SELECT key || '=' || value FROM meta ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var kv string
+		if err := rows.Scan(&kv); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, kv)
+	}
+	if want := []string{"app=x", "format=" + rawFormat.Marker}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("meta = %q, want %q", got, want)
 	}
 }

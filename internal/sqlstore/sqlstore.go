@@ -350,11 +350,14 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 	if db.goBusy { // a file in WAL mode
 		for _, p := range walPragmas {
 			if _, err := db.wconn.ExecContext(ctx, p); err != nil {
-				db.closeConns()
 				return fail(err)
 			}
 		}
 		db.ckpt = newCheckpointer(wdsn, db.Path, db.lock, db.log)
+		if err := db.seedWAL(ctx); err != nil {
+			// Only reads of a store nobody writes are slower without it.
+			db.log.Debug("seed the WAL", "path", db.Path, "err", err)
+		}
 	}
 	return nil
 }
