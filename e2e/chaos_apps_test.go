@@ -46,6 +46,25 @@ const (
 	loadKV        = "state"  // load app
 )
 
+// sigtermTrapped is the stderr line an app prints once SIGTERM stops it
+// cleanly; before that SIGTERM kills it (exit 143).
+const sigtermTrapped = "app: SIGTERM trapped"
+
+// trapSIGTERM returns a context that SIGTERM cancels and says so on stderr.
+func trapSIGTERM() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	fmt.Fprintln(os.Stderr, sigtermTrapped)
+	return ctx, stop
+}
+
+// terminate sends SIGTERM to app p once p traps it, so an app started a
+// moment ago is stopped, not killed.
+func terminate(t *testing.T, p *proc) {
+	t.Helper()
+	p.waitLine(0, eventTimeout, sigtermTrapped)
+	p.signal(syscall.SIGTERM)
+}
+
 // chaosAppMain runs the apps of this file; ok is false for other modes.
 func chaosAppMain(mode string) (code int, ok bool) {
 	switch mode {
@@ -135,7 +154,7 @@ func idOf(m queue.Message) (string, error) {
 // A send in progress when SIGTERM comes is finished and logged.
 func chaosProduce() int {
 	exitWhenOrphaned()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, stop := trapSIGTERM()
 	defer stop()
 	name := os.Getenv(envName)
 	pause, err := durationKnob(envPause, 10*time.Millisecond)
@@ -187,7 +206,7 @@ func chaosProduce() int {
 // is finished.
 func chaosConsume() int {
 	exitWhenOrphaned()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, stop := trapSIGTERM()
 	defer stop()
 	work, err := durationKnob(envWork, 0)
 	if err != nil {
@@ -291,7 +310,7 @@ func consumeLoop(ctx context.Context, q *queue.Queue, name string, ledger *kv.St
 // SIGTERM comes is finished.
 func loadApp() int {
 	exitWhenOrphaned()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, stop := trapSIGTERM()
 	defer stop()
 	bg := context.Background()
 	name := os.Getenv(envName)

@@ -158,7 +158,7 @@ func TestChaos(t *testing.T) {
 	// of killed consumers end within chaosLease).
 	drainBegan := time.Now()
 	for _, m := range c.producers {
-		m.p.signal(syscall.SIGTERM)
+		terminate(t, m.p)
 		exitOK(t, m.p, m.name)
 	}
 	c.producers = nil // stopped: checkAlive leaves them out
@@ -175,7 +175,7 @@ func TestChaos(t *testing.T) {
 	})
 	drainTime := time.Since(drainBegan)
 	for _, m := range c.consumers {
-		m.p.signal(syscall.SIGTERM)
+		terminate(t, m.p)
 		exitOK(t, m.p, m.name)
 	}
 	c.up.signal(syscall.SIGTERM)

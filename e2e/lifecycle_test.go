@@ -205,7 +205,7 @@ func TestSIGTERMToUpUnderLoad(t *testing.T) {
 		m.waitLines(t, len(readLog(t, m.log))+100)
 	}
 	for _, m := range apps {
-		m.p.signal(syscall.SIGTERM)
+		terminate(t, m.p)
 		exitOK(t, m.p, m.name)
 	}
 
@@ -361,7 +361,7 @@ func TestSIGKILLLeavesStoresThatOpen(t *testing.T) {
 	}
 
 	for _, m := range slots {
-		m.p.signal(syscall.SIGTERM)
+		terminate(t, m.p)
 		exitOK(t, m.p, m.name)
 	}
 	up.signal(syscall.SIGTERM)
