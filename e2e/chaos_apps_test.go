@@ -168,7 +168,7 @@ func chaosProduce() int {
 	names := strings.Split(os.Getenv(envQueues), ",")
 	qs := make([]*queue.Queue, len(names))
 	for i, n := range names {
-		if qs[i], err = queue.FromEnv(ctx, n); err != nil {
+		if qs[i], err = queue.FromEnv(context.Background(), n); err != nil { // a SIGTERM now stops the loop, not the open
 			return appFail(err)
 		}
 		defer qs[i].Close()
@@ -216,7 +216,7 @@ func chaosConsume() int {
 	if err != nil {
 		return appFail(err)
 	}
-	ledger, err := kv.FromEnv(ctx, ledgerBinding)
+	ledger, err := kv.FromEnv(context.Background(), ledgerBinding) // a SIGTERM now stops the loops, not the open
 	if err != nil {
 		return appFail(err)
 	}
@@ -225,7 +225,7 @@ func chaosConsume() int {
 	errs := make(chan error, len(names))
 	var wg sync.WaitGroup
 	for _, n := range names {
-		q, err := queue.FromEnv(ctx, n)
+		q, err := queue.FromEnv(context.Background(), n)
 		if err != nil {
 			return appFail(err)
 		}
