@@ -335,31 +335,8 @@ func (c *chaos) checkAlive() {
 // first and fails the test after timeout.
 func waitReady(t *testing.T, p *proc, timeout time.Duration) bool {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for from := 0; ; {
-		p.mu.Lock()
-		for ; from < len(p.lines); from++ {
-			if strings.Contains(p.lines[from], "msg=ready") {
-				p.mu.Unlock()
-				return true
-			}
-		}
-		ch := p.changed
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-p.done:
-			p.mu.Lock()
-			n := len(p.lines)
-			p.mu.Unlock()
-			if from == n {
-				return false
-			}
-		case <-deadline.C:
-			t.Fatalf("up not ready within %s:\n%s", timeout, p.stderr())
-		}
-	}
+	_, ok := p.awaitLine(0, timeout, "msg=ready")
+	return ok
 }
 
 // delivery is one logged delivery of a message to a consumer.

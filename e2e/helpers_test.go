@@ -140,6 +140,17 @@ func (p *proc) stderr() string {
 // the process ends first.
 func (p *proc) waitLine(from int, timeout time.Duration, subs ...string) string {
 	p.t.Helper()
+	l, ok := p.awaitLine(from, timeout, subs...)
+	if !ok {
+		p.t.Fatalf("process exited (code %d) before a line with %q; stderr:\n%s", p.exitCode, subs, p.stderr())
+	}
+	return l
+}
+
+// awaitLine is waitLine that reports a process ending first with false
+// instead of failing the test. It still fails the test on timeout.
+func (p *proc) awaitLine(from int, timeout time.Duration, subs ...string) (string, bool) {
+	p.t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
@@ -148,7 +159,7 @@ func (p *proc) waitLine(from int, timeout time.Duration, subs ...string) string 
 			if containsAll(p.lines[i], subs) {
 				l := p.lines[i]
 				p.mu.Unlock()
-				return l
+				return l, true
 			}
 		}
 		from = len(p.lines)
@@ -161,7 +172,7 @@ func (p *proc) waitLine(from int, timeout time.Duration, subs ...string) string 
 			n := len(p.lines)
 			p.mu.Unlock()
 			if from == n { // nothing new arrived with the exit
-				p.t.Fatalf("process exited (code %d) before a line with %q; stderr:\n%s", p.exitCode, subs, p.stderr())
+				return "", false
 			}
 		case <-deadline.C:
 			p.t.Fatalf("no stderr line with %q within %s; stderr:\n%s", subs, timeout, p.stderr())
@@ -329,15 +340,6 @@ func mode(t *testing.T, path string) os.FileMode {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func hashFile(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
 }
 
 // statusJSON runs status --json.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -214,29 +215,12 @@ func hostileStores() []hostileStore {
 	}}
 }
 
-// storeHashes is the sha256 of every file in a store directory but the
-// lock file.
-func storeHashes(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][32]byte{}
-	for _, e := range es {
-		if !strings.HasSuffix(e.Name(), ".lock") {
-			out[e.Name()] = hashFile(t, filepath.Join(dir, e.Name()))
-		}
-	}
-	return out
-}
-
 // wantUntouched fails if a file of before changed or went, or a file
 // appeared other than the empty -wal and the -shm a read-only SQLite read
 // of a store without a -wal creates (documented by check).
 func wantUntouched(t *testing.T, name, dir string, before map[string][32]byte, after string) {
 	t.Helper()
-	now := storeHashes(t, dir)
+	now := testutil.StoreHashes(t, dir)
 	_, planted := before[filepath.Base(dir)+"-wal"]
 	for n, h := range now {
 		b, ok := before[n]
@@ -276,7 +260,7 @@ func TestHostileStoresUpAndCheck(t *testing.T) {
 		if c.name == "worldwritable" {
 			t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
 		}
-		before[c.name] = storeHashes(t, dir)
+		before[c.name] = testutil.StoreHashes(t, dir)
 	}
 	untouched := func(after string) {
 		t.Helper()
@@ -362,27 +346,6 @@ func TestGroupReadableStoreUp(t *testing.T) {
 	}
 }
 
-// mountSmallDisk mounts a tmpfs of size bytes (mode 0700) at dir, created
-// if needed, and unmounts it when the test ends. It skips the test when
-// this process may not mount.
-func mountSmallDisk(t *testing.T, dir string, size int) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (CI runs as root)")
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-}
-
 // fillDisk writes zeros to path until the disk is full and returns the
 // size written.
 func fillDisk(t *testing.T, path string) int {
@@ -429,7 +392,7 @@ func TestDiskFullCLI(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, "  orders:\n    type: queue\n    path: disk/orders\n  carts:\n    type: kv\n    path: disk/carts\n")
 	disk := filepath.Join(s.dataDir(), "disk")
-	mountSmallDisk(t, disk, 2<<20)
+	testutil.MountSmallDisk(t, disk, 2<<20)
 	ordersFile := filepath.Join(disk, "orders", queue.FileName)
 	cartsFile := filepath.Join(disk, "carts", kv.FileName)
 	up, _ := s.up(t)

@@ -483,7 +483,7 @@ func TestCheckReportsEveryProblemOnItsOwnLine(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(kvFile("loose")), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	before := hashFile(t, kvFile("drift"))
+	before := testutil.HashFile(t, kvFile("drift"))
 
 	code, stdout, stderr := lc(t, nil, "check", "-f", s.file)
 	if code != 1 {
@@ -524,7 +524,7 @@ func TestCheckReportsEveryProblemOnItsOwnLine(t *testing.T) {
 	if !strings.Contains(stdout, "good: ok (localkv.v1") || !strings.Contains(stderr, "Error: check found 8 problems in 4 of 5 stores") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
-	if hashFile(t, kvFile("drift")) != before {
+	if testutil.HashFile(t, kvFile("drift")) != before {
 		t.Error("check changed a database file")
 	}
 
@@ -624,14 +624,14 @@ func TestRestoreRefusedWhileAnAppHoldsTheStore(t *testing.T) {
 	}
 	backup := filepath.Join(s.dir, "carts.sqlite")
 	lcOK(t, nil, "backup", "carts", backup, "-f", s.file)
-	before := hashFile(t, filepath.Join(storeDir, kv.FileName)) // the app has no SQLite lock to lose
+	before := testutil.HashFile(t, filepath.Join(storeDir, kv.FileName)) // the app has no SQLite lock to lose
 
 	code, stdout, stderr := lc(t, nil, "restore", "carts", backup, "-f", s.file)
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "store is open in another process") ||
 		!strings.Contains(stderr, fmt.Sprintf("pid %d", app.pid())) || !strings.Contains(stderr, "Try: stop the apps that use carts") {
 		t.Fatalf("restore while an app holds the store: exit %d\n%s", code, stderr)
 	}
-	if hashFile(t, filepath.Join(storeDir, kv.FileName)) != before {
+	if testutil.HashFile(t, filepath.Join(storeDir, kv.FileName)) != before {
 		t.Error("the refused restore changed the database file")
 	}
 	if m, _ := filepath.Glob(filepath.Join(storeDir, "*replaced*")); len(m) != 0 {

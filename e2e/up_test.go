@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"net"
 	"os"
 	"path/filepath"
@@ -320,7 +321,7 @@ func TestStoreOfAnotherFormatIsRefusedAndUnchanged(t *testing.T) {
 			}
 			file := filepath.Join(store, kv.FileName)
 			prepare(t, file)
-			before := hashFile(t, file)
+			before := testutil.HashFile(t, file)
 
 			code, _, stderr := runCLI(t, "up", "-f", s.file)
 			if code != 1 {
@@ -334,7 +335,7 @@ func TestStoreOfAnotherFormatIsRefusedAndUnchanged(t *testing.T) {
 			if name == "queue store in a kv binding" && !strings.Contains(stderr, `found format "localqueue.v1", supported format is "localkv.v1"; the file was left untouched`) {
 				t.Errorf("stderr does not name both formats:\n%s", stderr)
 			}
-			if hashFile(t, file) != before {
+			if testutil.HashFile(t, file) != before {
 				t.Error("the foreign file was changed")
 			}
 			if exists(filepath.Join(s.dataDir(), "runtime.json")) {
@@ -427,7 +428,7 @@ func TestHealthProblemsAreReportedNotRepaired(t *testing.T) {
 	if exists(carts) {
 		t.Error("stopping recreated the deleted store directory")
 	}
-	if got := hashFile(t, orders); got != hashOf(data) {
+	if got := testutil.HashFile(t, orders); got != hashOf(data) {
 		t.Error("stopping changed the replacement database file")
 	}
 }

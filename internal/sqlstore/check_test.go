@@ -2,10 +2,10 @@ package sqlstore_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -107,24 +107,15 @@ func TestVerifyAcceptsFreshStores(t *testing.T) {
 		f   sqlstore.Format
 	}{{newKV(t), kv.Format()}, {newQueue(t), queue.Format()}} {
 		path := filepath.Join(c.dir, c.f.File)
-		before := sha256File(t, path)
+		before := testutil.HashFile(t, path)
 		v := verify(t, path, c.f)
 		if !v.OK() || len(v.Notes) != 0 || v.Objects == 0 {
 			t.Errorf("%s: %+v", c.f.Marker, v)
 		}
-		if sha256File(t, path) != before {
+		if testutil.HashFile(t, path) != before {
 			t.Errorf("%s: Verify changed the database file", c.f.Marker)
 		}
 	}
-}
-
-func sha256File(t *testing.T, path string) [32]byte {
-	t.Helper()
-	b, err := os.ReadFile(path) // no SQLite connection of this test is open on it
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(b)
 }
 
 func TestVerifyReportsDrift(t *testing.T) {

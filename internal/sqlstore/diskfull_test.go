@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/testutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,29 +16,6 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
-
-// smallDisk mounts a tmpfs of size bytes in a temp dir and returns it; it is
-// unmounted when the test ends. It skips the test when this process may not
-// mount (not root, or no tmpfs).
-func smallDisk(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (CI runs as root)")
-	}
-	dir := filepath.Join(t.TempDir(), "disk")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Skipf("cannot mount a tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
 
 // fill writes a file of zeros at path until the disk is full (or max
 // bytes) and returns its size.
@@ -134,7 +112,8 @@ func wantMessages(t *testing.T, q *queue.Queue, want []int) {
 func TestDiskFull(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	disk := smallDisk(t, 4<<20)
+	disk := filepath.Join(t.TempDir(), "disk")
+	testutil.MountSmallDisk(t, disk, 4<<20)
 	q, err := queue.Open(ctx, filepath.Join(disk, "q"))
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +239,8 @@ func TestDiskFull(t *testing.T) {
 func TestDiskFullAtCreate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	disk := smallDisk(t, 1<<20)
+	disk := filepath.Join(t.TempDir(), "disk")
+	testutil.MountSmallDisk(t, disk, 1<<20)
 	filler := filepath.Join(disk, "filler")
 	fill(t, filler, 2<<20)
 	dir := filepath.Join(disk, "q")

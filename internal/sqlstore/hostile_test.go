@@ -129,31 +129,13 @@ func foreignWAL(t *testing.T) []byte {
 	return b
 }
 
-// snapshot is every file of a store directory but the lock file (which
-// holds no data) and its sha256.
-func snapshot(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][32]byte{}
-	for _, e := range es {
-		if strings.HasSuffix(e.Name(), ".lock") {
-			continue
-		}
-		out[e.Name()] = sha256File(t, filepath.Join(dir, e.Name()))
-	}
-	return out
-}
-
 // wantSameFiles fails if a file of before changed or disappeared, or a
 // file appeared. With sidecars, SQLite may have created the -shm index and
 // an empty -wal of file to read it (a read-only connection of a WAL
 // database needs them, see sqlstore.Verify); they hold no data.
 func wantSameFiles(t *testing.T, dir string, before map[string][32]byte, after, file string, sidecars bool) {
 	t.Helper()
-	now := snapshot(t, dir)
+	now := testutil.StoreHashes(t, dir)
 	var names []string
 	for n := range before {
 		names = append(names, n)
@@ -372,7 +354,7 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 				f, file = kv.Format(), kv.FileName
 			}
 			path := filepath.Join(dir, file)
-			before := snapshot(t, dir)
+			before := testutil.StoreHashes(t, dir)
 			_, planted := before[file+"-wal"]
 
 			for _, ro := range []bool{false, true} {
@@ -425,7 +407,7 @@ func TestForeignWALWasCheckpointedIntoTheStore(t *testing.T) {
 	dir := storeQueue(t, 50)
 	path := filepath.Join(dir, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
-	before := sha256File(t, path)
+	before := testutil.HashFile(t, path)
 	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +422,7 @@ func TestForeignWALWasCheckpointedIntoTheStore(t *testing.T) {
 	if tables != "users" {
 		t.Errorf("SQLite read the store with the foreign -wal as tables %q; want the other program's users", tables)
 	}
-	if sha256File(t, path) == before {
+	if testutil.HashFile(t, path) == before {
 		t.Errorf("closing the connection left the database file as it was; the WAL check guards against a checkpoint SQLite no longer does")
 	}
 }
@@ -532,7 +514,7 @@ func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
 	if err := os.Truncate(path, 4096); err != nil {
 		t.Fatal(err)
 	}
-	db, wal := sha256File(t, path), sha256File(t, path+"-wal")
+	db, wal := testutil.HashFile(t, path), testutil.HashFile(t, path+"-wal")
 	_, err := queue.Open(context.Background(), dir)
 	t.Logf("open: %v", err)
 	var be *bindings.Error
@@ -540,7 +522,7 @@ func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
 		!strings.Contains(err.Error(), "-wal a process that ended left") {
 		t.Errorf("open of a cut file with a crash-left -wal: %v; want BINDING_SETUP_FAILED naming %s and the -wal", err, path)
 	}
-	if sha256File(t, path) != db || sha256File(t, path+"-wal") != wal {
+	if testutil.HashFile(t, path) != db || testutil.HashFile(t, path+"-wal") != wal {
 		t.Errorf("the refused open changed the database file or the -wal")
 	}
 }
@@ -554,7 +536,7 @@ func TestBackupRefusesAForeignWAL(t *testing.T) {
 	dir := storeQueue(t, 20)
 	path := filepath.Join(dir, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
-	before := snapshot(t, dir)
+	before := testutil.StoreHashes(t, dir)
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
 	_, err := sqlstore.Backup(context.Background(), path, dst, queue.Format())
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
@@ -603,7 +585,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	planted := storeQueue(t, 50)
 	path = filepath.Join(planted, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
-	before := snapshot(t, planted)
+	before := testutil.StoreHashes(t, planted)
 	_, err = sqlstore.Restore(ctx, planted, queue.Format(), src, now)
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
