@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
@@ -346,32 +345,6 @@ func TestGroupReadableStoreUp(t *testing.T) {
 	}
 }
 
-// fillDisk writes zeros to path until the disk is full and returns the
-// size written.
-func fillDisk(t *testing.T, path string) int {
-	t.Helper()
-	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	buf := make([]byte, 4096)
-	n := 0
-	for {
-		w, err := fh.Write(buf)
-		n += w
-		if errors.Is(err, syscall.ENOSPC) {
-			return n
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 64<<20 {
-			t.Fatal("wrote 64 MiB to the small disk")
-		}
-	}
-}
-
 // diskFullSays fails unless a CLI error says LOCAL_FILESYSTEM_ERROR, that
 // the disk is full and names file.
 func diskFullSays(t *testing.T, what, stderr, file string) {
@@ -400,7 +373,10 @@ func TestDiskFullCLI(t *testing.T) {
 	lcOK(t, nil, "kv", "put", "carts", "k", "v", "-f", s.file)
 
 	filler := filepath.Join(disk, "filler")
-	n := fillDisk(t, filler)
+	n := testutil.FillDisk(t, filler, 64<<20)
+	if n >= 64<<20 {
+		t.Fatal("wrote 64 MiB to the small disk")
+	}
 	sent := []string{"before-0"}
 	// What the WAL still has room for goes in; then sends fail.
 	var failed string

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -16,30 +15,6 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
-
-// fill writes a file of zeros at path until the disk is full (or max
-// bytes) and returns its size.
-func fill(t *testing.T, path string, max int) int {
-	t.Helper()
-	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	buf := make([]byte, 4096)
-	n := 0
-	for n < max {
-		w, err := fh.Write(buf)
-		n += w
-		if errors.Is(err, syscall.ENOSPC) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return n
-}
 
 // wantDiskFull fails unless err is LOCAL_FILESYSTEM_ERROR saying the disk
 // is full and naming the store.
@@ -125,7 +100,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	defer func() { _ = k.Close() }()
 	filler := filepath.Join(disk, "filler")
-	n := fill(t, filler, 3<<20)
+	n := testutil.FillDisk(t, filler, 3<<20)
 
 	sent, first := sendUntilFull(t, q, 0)
 	t.Logf("%d sends of 1 KB fit beside a %d-byte filler on the 4 MiB disk; then: %v", len(sent), n, first)
@@ -185,7 +160,7 @@ func TestDiskFull(t *testing.T) {
 
 	// Fill the disk again and close the queue on it: SQLite cannot
 	// checkpoint, so the -wal and -shm stay. The next open recovers them.
-	n = fill(t, filler, 8<<20)
+	n = testutil.FillDisk(t, filler, 8<<20)
 	more, first := sendUntilFull(t, q, 20000)
 	t.Logf("full again (filler %d bytes): %d more sends fit, then %v", n, len(more), first)
 	wantDiskFull(t, "send on the full disk again", first, q.Path())
@@ -242,7 +217,7 @@ func TestDiskFullAtCreate(t *testing.T) {
 	disk := filepath.Join(t.TempDir(), "disk")
 	testutil.MountSmallDisk(t, disk, 1<<20)
 	filler := filepath.Join(disk, "filler")
-	fill(t, filler, 2<<20)
+	testutil.FillDisk(t, filler, 2<<20)
 	dir := filepath.Join(disk, "q")
 	_, err := queue.Open(ctx, dir)
 	t.Logf("create on the full disk: %v", err)

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,30 @@ func MountSmallDisk(t testing.TB, dir string, size int) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
+}
+
+// FillDisk writes a file of zeros at path until the disk is full or max
+// bytes are written, and returns its size.
+func FillDisk(t testing.TB, path string, max int) int {
+	t.Helper()
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	buf := make([]byte, 4096)
+	n := 0
+	for n < max {
+		w, err := fh.Write(buf)
+		n += w
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }
 
 // StoreHashes is the sha256 of every file in a store directory, by name,
