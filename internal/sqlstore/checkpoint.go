@@ -30,8 +30,12 @@ import (
 // it. Cutting it back to 4 MB instead cost 15% of sequential sends, which
 // then grew the file again every cycle.
 //
-// SQLite's automatic checkpoint is off on the writer connection; other
-// programs writing the store keep their own.
+// SQLite's automatic checkpoint stays on as the backstop, at ckptBackstop
+// pages instead of 1000: handles that commit too little to wake their
+// goroutine (a CLI send, an app that sends a few messages and exits) while
+// another process keeps the store open, so that no close checkpoints, would
+// otherwise grow the WAL without end. Other programs writing the store keep
+// their own setting.
 
 const (
 	// ckptEvery is the number of commits between background checkpoints.
@@ -39,6 +43,10 @@ const (
 	// ckptCatchUp is the WAL size, in pages, from which a checkpoint holds
 	// the write lock to finish: 8 MB with 4 KiB pages.
 	ckptCatchUp = 2000
+	// ckptBackstop is the WAL size, in pages, from which a commit runs
+	// SQLite's own checkpoint (wal_autocheckpoint): 16 MB, twice
+	// ckptCatchUp, so a busy handle's goroutine gets there first.
+	ckptBackstop = 2 * ckptCatchUp
 	// walSizeLimit is the size the WAL file is cut back to when SQLite
 	// rewinds it (journal_size_limit), in bytes.
 	walSizeLimit = 16 << 20
@@ -46,7 +54,7 @@ const (
 
 // walPragmas are the writer connection's settings when a checkpointer runs.
 var walPragmas = []string{
-	"PRAGMA wal_autocheckpoint = 0",
+	fmt.Sprintf("PRAGMA wal_autocheckpoint = %d", ckptBackstop),
 	fmt.Sprintf("PRAGMA journal_size_limit = %d", walSizeLimit),
 }
 
