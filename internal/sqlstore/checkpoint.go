@@ -65,16 +65,17 @@ type checkpointer struct {
 	lock *writeLock
 	log  *slog.Logger
 	kick chan struct{}
-	stop chan struct{}
+	ctx  context.Context // ends when the handle closes
+	stop context.CancelFunc
 	wg   sync.WaitGroup
-	once sync.Once
 
 	commits int // commits since the last kick; guarded by the write lock
 }
 
 func newCheckpointer(dsn, path string, lock *writeLock, log *slog.Logger) *checkpointer {
 	c := &checkpointer{dsn: dsn, path: path, lock: lock, log: log,
-		kick: make(chan struct{}, 1), stop: make(chan struct{})}
+		kick: make(chan struct{}, 1)}
+	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.wg.Go(c.run)
 	return c
 }
@@ -105,7 +106,7 @@ func (c *checkpointer) run() {
 	}()
 	for {
 		select {
-		case <-c.stop:
+		case <-c.ctx.Done():
 			return
 		case <-c.kick:
 		}
@@ -142,16 +143,7 @@ func (c *checkpointer) checkpoint(conn *sql.DB) (frames int, err error) {
 // catchUp finishes the copy while holding the write lock, so the next write
 // rewinds the WAL.
 func (c *checkpointer) catchUp(conn *sql.DB) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	release, err := c.lock.acquire(ctx, c.log)
+	release, err := c.lock.acquire(c.ctx, c.log)
 	if err != nil {
 		return err
 	}
@@ -168,6 +160,6 @@ func (c *checkpointer) close() {
 	if c == nil {
 		return
 	}
-	c.once.Do(func() { close(c.stop) })
+	c.stop()
 	c.wg.Wait()
 }
