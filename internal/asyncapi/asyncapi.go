@@ -1,4 +1,4 @@
-package notify
+package asyncapi
 
 import (
 	"bytes"
@@ -7,15 +7,17 @@ import (
 	"slices"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/localcloud/localcloud/notify"
 )
 
-// AsyncAPIFormat selects the encoding of AsyncAPI's output.
-type AsyncAPIFormat string
+// Format selects the encoding of AsyncAPI's output.
+type Format string
 
 // Output formats of AsyncAPI.
 const (
-	FormatJSON AsyncAPIFormat = "json" // indented JSON, the default
-	FormatYAML AsyncAPIFormat = "yaml"
+	FormatJSON Format = "json" // indented JSON, the default
+	FormatYAML Format = "yaml"
 )
 
 const (
@@ -29,8 +31,8 @@ const (
 	asyncAPIMessageID = "hint"
 )
 
-// AsyncAPIInput describes the stack whose hint channels AsyncAPI documents.
-type AsyncAPIInput struct {
+// Input describes the stack whose hint channels AsyncAPI documents.
+type Input struct {
 	StackName string   // required; must pass CheckName
 	Title     string   // info.title. Defaults to "localcloud <stack> queue hints".
 	Version   string   // info.version. Defaults to DefaultAsyncAPIVersion.
@@ -39,7 +41,7 @@ type AsyncAPIInput struct {
 	// DefaultAsyncAPIHost.
 	DefaultHost string
 	// Format is FormatJSON or FormatYAML. Defaults to FormatJSON.
-	Format AsyncAPIFormat
+	Format Format
 }
 
 // AsyncAPI returns an AsyncAPI 3.0.0 document for a stack's hint channels: one channel per
@@ -53,15 +55,15 @@ type AsyncAPIInput struct {
 // for consumers should use the receive operations.
 //
 // The output is deterministic: keys are sorted and bindings are sorted and deduplicated.
-func AsyncAPI(in AsyncAPIInput) ([]byte, error) {
-	if err := CheckName(in.StackName); err != nil {
+func Generate(in Input) ([]byte, error) {
+	if err := notify.CheckName(in.StackName); err != nil {
 		return nil, fmt.Errorf("asyncapi: stack name: %w", err)
 	}
 	bindings := slices.Clone(in.Bindings)
 	slices.Sort(bindings)
 	bindings = slices.Compact(bindings)
 	for _, b := range bindings {
-		if err := CheckName(b); err != nil {
+		if err := notify.CheckName(b); err != nil {
 			return nil, fmt.Errorf("asyncapi: binding name: %w", err)
 		}
 	}
@@ -82,7 +84,7 @@ func AsyncAPI(in AsyncAPIInput) ([]byte, error) {
 	operations := obj{}
 	serverRef := obj{"$ref": "#/servers/" + asyncAPIServerID}
 	for _, b := range bindings {
-		subject := Subject(in.StackName, b)
+		subject := notify.Subject(in.StackName, b)
 		channels[b] = obj{
 			"address": subject,
 			"title":   "Queue " + b + ": message available",

@@ -1,4 +1,4 @@
-package notify
+package asyncapi
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
 
+	"github.com/localcloud/localcloud/notify"
+
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
@@ -24,7 +26,7 @@ var asyncAPISchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 })
 
 // validateAsyncAPI validates a JSON or YAML document against the official schema.
-func validateAsyncAPI(t *testing.T, doc []byte, format AsyncAPIFormat) error {
+func validateAsyncAPI(t *testing.T, doc []byte, format Format) error {
 	t.Helper()
 	sch, err := asyncAPISchema()
 	if err != nil {
@@ -34,7 +36,7 @@ func validateAsyncAPI(t *testing.T, doc []byte, format AsyncAPIFormat) error {
 }
 
 // decodeDoc decodes a document into the generic values the validator takes.
-func decodeDoc(t *testing.T, doc []byte, format AsyncAPIFormat) any {
+func decodeDoc(t *testing.T, doc []byte, format Format) any {
 	t.Helper()
 	if format == FormatYAML {
 		var v any
@@ -55,7 +57,7 @@ func decodeDoc(t *testing.T, doc []byte, format AsyncAPIFormat) any {
 	return v
 }
 
-var testAsyncAPIInput = AsyncAPIInput{
+var testAsyncAPIInput = Input{
 	StackName:   "shop",
 	Title:       "Shop hints",
 	Version:     "1.2.3",
@@ -65,10 +67,10 @@ var testAsyncAPIInput = AsyncAPIInput{
 
 func TestAsyncAPIValidAgainstOfficialSchema(t *testing.T) {
 	t.Parallel()
-	for _, format := range []AsyncAPIFormat{FormatJSON, FormatYAML} {
+	for _, format := range []Format{FormatJSON, FormatYAML} {
 		in := testAsyncAPIInput
 		in.Format = format
-		doc, err := AsyncAPI(in)
+		doc, err := Generate(in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +79,7 @@ func TestAsyncAPIValidAgainstOfficialSchema(t *testing.T) {
 		}
 	}
 	// Defaults and no bindings still make a valid document.
-	doc, err := AsyncAPI(AsyncAPIInput{StackName: "empty"})
+	doc, err := Generate(Input{StackName: "empty"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestAsyncAPIValidAgainstOfficialSchema(t *testing.T) {
 // mutation of a valid generated document must be rejected by the official schema.
 func TestAsyncAPISchemaRejectsBrokenDocuments(t *testing.T) {
 	t.Parallel()
-	doc, err := AsyncAPI(testAsyncAPIInput)
+	doc, err := Generate(testAsyncAPIInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func op(d map[string]any, id string) map[string]any {
 
 func TestAsyncAPIContent(t *testing.T) {
 	t.Parallel()
-	doc, err := AsyncAPI(testAsyncAPIInput)
+	doc, err := Generate(testAsyncAPIInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +180,7 @@ func TestAsyncAPIContent(t *testing.T) {
 	}
 	for _, b := range []string{"audit-log", "emails", "orders"} {
 		ch := d.Channels[b]
-		if ch.Address != "localcloud.shop."+b+".available" || ch.Address != Subject("shop", b) {
+		if ch.Address != "localcloud.shop."+b+".available" || ch.Address != notify.Subject("shop", b) {
 			t.Errorf("channel %s address = %q", b, ch.Address)
 		}
 		if ch.Messages["hint"].Ref != "#/components/messages/hint" {
@@ -196,12 +198,12 @@ func TestAsyncAPIContent(t *testing.T) {
 func TestAsyncAPIDeterministic(t *testing.T) {
 	t.Parallel()
 	in := testAsyncAPIInput
-	first, err := AsyncAPI(in)
+	first, err := Generate(in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in.Bindings = []string{"audit-log", "orders", "emails"}
-	second, err := AsyncAPI(in)
+	second, err := Generate(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,11 +215,11 @@ func TestAsyncAPIDeterministic(t *testing.T) {
 	}
 
 	in.Format = FormatYAML
-	y1, err := AsyncAPI(in)
+	y1, err := Generate(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y2, err := AsyncAPI(in)
+	y2, err := Generate(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func TestAsyncAPIDeterministic(t *testing.T) {
 // the document publishes, and checks that the schema rejects a wrong one.
 func TestAsyncAPIPayloadSchemaMatchesHint(t *testing.T) {
 	t.Parallel()
-	doc, err := AsyncAPI(testAsyncAPIInput)
+	doc, err := Generate(testAsyncAPIInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,7 @@ func TestAsyncAPIPayloadSchemaMatchesHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []Hint{{Binding: "orders", Due: DueUnknown, At: 1}, {Binding: "emails", Due: 12, At: 1767225600000}} {
+	for _, h := range []notify.Hint{{Binding: "orders", Due: notify.DueUnknown, At: 1}, {Binding: "emails", Due: 12, At: 1767225600000}} {
 		payload, err := json.Marshal(h)
 		if err != nil {
 			t.Fatal(err)
@@ -278,17 +280,17 @@ func TestAsyncAPIPayloadSchemaMatchesHint(t *testing.T) {
 
 func TestAsyncAPIRejectsBadInput(t *testing.T) {
 	t.Parallel()
-	for name, in := range map[string]AsyncAPIInput{
+	for name, in := range map[string]Input{
 		"no stack":       {},
 		"dotted stack":   {StackName: "a.b"},
 		"dotted binding": {StackName: "shop", Bindings: []string{"a.b"}},
 		"empty binding":  {StackName: "shop", Bindings: []string{""}},
 	} {
-		if _, err := AsyncAPI(in); !errors.Is(err, ErrInvalidName) {
-			t.Errorf("%s: err = %v, want ErrInvalidName", name, err)
+		if _, err := Generate(in); !errors.Is(err, notify.ErrInvalidName) {
+			t.Errorf("%s: err = %v, want notify.ErrInvalidName", name, err)
 		}
 	}
-	if _, err := AsyncAPI(AsyncAPIInput{StackName: "shop", Format: "xml"}); err == nil {
+	if _, err := Generate(Input{StackName: "shop", Format: "xml"}); err == nil {
 		t.Error("unknown format accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package notify
+package dirwatch
 
 import (
 	"errors"

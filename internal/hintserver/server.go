@@ -1,4 +1,4 @@
-package notify
+package hintserver
 
 import (
 	"context"
@@ -240,4 +240,10 @@ func (l *natsLogger) Fatalf(format string, v ...any) {
 		l.fatal = msg
 	}
 	l.mu.Unlock()
+}
+
+// HasInterest reports whether a client subscription matches subject, for tests that wait for
+// a subscriber to be in place before publishing.
+func (s *Server) HasInterest(subject string) bool {
+	return s.ns.GlobalAccount().SubscriptionInterest(subject)
 }

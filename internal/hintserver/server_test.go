@@ -1,8 +1,9 @@
-package notify
+package hintserver
 
 import (
 	"context"
 	"errors"
+	"github.com/localcloud/localcloud/notify"
 	"log/slog"
 	"net"
 	"strings"
@@ -187,9 +188,9 @@ func TestServerToken(t *testing.T) {
 	}
 
 	// With the token: a subscriber and a publisher both work.
-	subject := Subject("stack", "orders")
+	subject := notify.Subject("stack", "orders")
 	rec := subscribe(t, s.URL(), subject, nats.Token("s3cret"))
-	pub, err := DialPublisher(s.URL(), "s3cret", PublisherOptions{})
+	pub, err := notify.DialPublisher(s.URL(), "s3cret", notify.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //
 //   - a foreign writer: any process that inserts or updates rows with the
 //     spec's SQL on its own SQLite connection. The store directory is watched
-//     with inotify (notify.DirWatcher); each event is only a reason to look,
+//     with inotify (dirwatch.DirWatcher); each event is only a reason to look,
 //     confirmed by PRAGMA data_version on one connection kept open per queue
 //     (it changes only when another connection committed), then the due
 //     messages are counted.
@@ -28,6 +28,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/dirwatch"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -110,7 +111,7 @@ type Options struct {
 type Source struct {
 	pub *notify.Publisher
 	log *slog.Logger
-	dw  *notify.DirWatcher
+	dw  *dirwatch.DirWatcher
 
 	mu        sync.Mutex
 	byBinding map[string]*watched
@@ -128,7 +129,7 @@ func New(opts Options) (*Source, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{pub: opts.Publisher, log: log, byBinding: map[string]*watched{}, byDir: map[string]*watched{}}
-	dw, err := notify.NewDirWatcher(notify.DirWatcherOptions{
+	dw, err := dirwatch.NewDirWatcher(dirwatch.DirWatcherOptions{
 		Name:    queue.FileName,
 		Changed: s.changed,
 		Gone:    s.gone,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,7 +24,7 @@ const waitTimeout = 20 * time.Second
 // rig is a hint server, a Source publishing to it, and a subscriber that
 // records the hints of one subject.
 type rig struct {
-	srv     *notify.Server
+	srv     *hintserver.Server
 	pub     *notify.Publisher
 	src     *hintsrc.Source
 	subject string
@@ -39,7 +40,7 @@ type received struct {
 
 func newRig(t *testing.T, subject string) *rig {
 	t.Helper()
-	srv, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
