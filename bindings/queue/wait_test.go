@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,14 +28,14 @@ const hwTimeout = 20 * time.Second
 const hwNoPoll = 30 * time.Second
 
 // hwServer starts an embedded hint server on a free loopback port.
-func hwServer(t testing.TB) *notify.Server {
+func hwServer(t testing.TB) *hintserver.Server {
 	t.Helper()
 	return hwServerOn(t, "127.0.0.1:0")
 }
 
-func hwServerOn(t testing.TB, listen string) *notify.Server {
+func hwServerOn(t testing.TB, listen string) *hintserver.Server {
 	t.Helper()
-	s, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: listen})
+	s, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: listen})
 	if err != nil {
 		t.Fatal(err)
 	}
