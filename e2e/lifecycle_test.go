@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -122,7 +123,7 @@ func kvRows(t *testing.T, dir string) map[string]string {
 		t.Fatalf("open the KV store %s: %v", dir, err)
 	}
 	defer s.Close()
-	rows, err := s.DB().R.QueryContext(ctx, `SELECT key, value FROM kv`)
+	rows, err := admin.KVDB(s).R.QueryContext(ctx, `SELECT key, value FROM kv`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -393,7 +394,7 @@ func TestBackupWhileAnotherProcessWrites(t *testing.T) {
 	t.Logf("acknowledged: %d before the backup, %d when it returned, %d in all", before, during, total)
 
 	// The backup is sound...
-	v, err := sqlstore.Verify(context.Background(), b.Backup, kv.Format())
+	v, err := sqlstore.Verify(context.Background(), b.Backup, sqlitekv.Format())
 	if err != nil || !v.OK() {
 		t.Fatalf("backup verification: %v %+v", err, v.Problems)
 	}

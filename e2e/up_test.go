@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"net"
 	"os"
@@ -143,7 +144,7 @@ func readMarker(t *testing.T, typ, dir string) string {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		if err := st.DB().R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
+		if err := admin.KVDB(st).R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
 			t.Fatal(err)
 		}
 	default:

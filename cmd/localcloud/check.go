@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
@@ -50,7 +50,7 @@ func formatOf(t config.Type) sqlstore.Format {
 	if t == config.TypeQueue {
 		return queue.Format()
 	}
-	return kv.Format()
+	return sqlitekv.Format()
 }
 
 func (c *checkCommand) Run(ctx context.Context, args []string) error {

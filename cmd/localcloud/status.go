@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -192,10 +193,6 @@ func offlineHealth(b config.Binding) string {
 
 // The count queries. Read-only handles run them on their query-only pool.
 const (
-	stmtKVCounts = `SELECT
-COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
-FROM kv`
 	stmtQueueCounts = `SELECT
 COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
 COALESCE(SUM(CASE WHEN visible_at > ?1 THEN 1 ELSE 0 END), 0),
@@ -221,7 +218,11 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		}
 		defer s.Close()
 		var c kvCounts
-		if err := s.DB().R.QueryRowContext(ctx, stmtKVCounts, ms).Scan(&c.Live, &c.Expired); err != nil {
+		es, err := admin.KV(s)
+		if err == nil {
+			c.Live, c.Expired, err = es.Counts(ctx, now)
+		}
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count keys: %v", err)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"os"
 	"path/filepath"
@@ -201,7 +202,7 @@ func TestDiskFull(t *testing.T) {
 	for _, s := range []struct {
 		path string
 		f    sqlstore.Format
-	}{{q.Path(), queue.Format()}, {k.Path(), kv.Format()}} {
+	}{{q.Path(), queue.Format()}, {k.Path(), sqlitekv.Format()}} {
 		if v := verify(t, s.path, s.f); !v.OK() {
 			t.Errorf("%s after the full disk: %v", s.path, v.Problems)
 		}

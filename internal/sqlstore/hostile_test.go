@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"io"
 	"log/slog"
 	"net/url"
@@ -351,7 +352,7 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 			dir := c.make(t)
 			f, file := queue.Format(), queue.FileName
 			if c.kv {
-				f, file = kv.Format(), kv.FileName
+				f, file = sqlitekv.Format(), kv.FileName
 			}
 			path := filepath.Join(dir, file)
 			before := testutil.StoreHashes(t, dir)

@@ -1,30 +1,22 @@
-// Package kv is localcloud's key-value binding: the localkv.v1 store format
-// (one SQLite file, <dir>/localkv.sqlite), safe to share between any number
-// of handles and OS processes.
-//
-// Keys are 1..512 bytes of A-Z a-z 0-9 - _ : . and values at most 24,576
-// bytes, binary safe. A key may carry a TTL; expired keys read as absent.
-package kv
+// Package sqlitekv is the SQLite engine of the KV binding: the localkv.v1
+// store format (one SQLite file, <dir>/localkv.sqlite, or a shared
+// in-memory database "memory:NAME"), safe to share between any number of
+// handles and OS processes. It implements bindings/kv/driver; apps reach it
+// through package kv, which validates every argument first. The SQLite-only
+// operations (the *sqlstore.DB for check, backup, restore and raw reads)
+// are for localcloud's own tools, through internal/engine/admin.
+package sqlitekv
 
 import (
 	"context"
-	"database/sql/driver"
-	"encoding/base64"
+	sqldriver "database/sql/driver"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv/driver"
 	"github.com/localcloud/localcloud/internal/sqlstore"
-)
-
-// Limits of the localkv.v1 binding.
-const (
-	MaxKeyBytes   = 512
-	MaxValueBytes = 24576
-	// DefaultScanLimit is the page size callers should use when they have no
-	// preference; it is also the largest page Scan returns.
-	DefaultScanLimit = 1000
-	MaxScanLimit     = 1000
 )
 
 // FileName is the database file inside a KV store directory.
@@ -50,6 +42,9 @@ var format = sqlstore.Format{
 // Format returns the description of localkv.v1 used by the store plumbing.
 func Format() sqlstore.Format { return format }
 
+// MemoryPrefix starts the location of an in-memory store: "memory:NAME".
+const MemoryPrefix = "memory:"
+
 // The spec's statements.
 const (
 	stmtGet         = `SELECT value, expires_at FROM kv WHERE key = ?1`
@@ -74,42 +69,46 @@ type Store struct {
 	now func() time.Time
 }
 
-// Item is one key and its value.
-type Item struct {
-	Key   string
-	Value []byte
-}
+// Engine is the SQLite engine; its zero value is ready to use.
+type Engine struct{}
 
-// Page is one page of a Scan. NextCursor is empty when no more live keys
-// with the prefix remain.
-type Page struct {
-	Items      []Item
-	NextCursor string
+// Open opens the store at cfg.Location: "memory:NAME" or a directory.
+func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
+	if name, ok := strings.CutPrefix(cfg.Location, MemoryPrefix); ok {
+		return OpenMemory(ctx, name, cfg)
+	}
+	return Open(ctx, cfg.Location, cfg)
 }
 
 // Open opens or creates the store in dir (created 0700; the file 0600).
-func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
-	o := buildOptions(opts)
-	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
-		return nil, err
-	}
-	db, err := sqlstore.Open(ctx, dir, format, sqlstore.Options{Durability: o.durability, Logger: o.logger, ReadOnly: o.readOnly})
+func Open(ctx context.Context, dir string, o driver.Config) (*Store, error) {
+	d, err := bindings.ParseDurability(o.Durability)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, now: o.clock}, nil
+	db, err := sqlstore.Open(ctx, dir, format, sqlstore.Options{Durability: d, Logger: o.Logger, ReadOnly: o.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, now: clock(o.Clock)}, nil
+}
+
+func clock(now func() time.Time) func() time.Time {
+	if now == nil {
+		return time.Now
+	}
+	return now
 }
 
 // OpenMemory opens the in-memory store called name, shared by every handle
 // of this process that names it and gone when the last one closes. For
 // tests of apps: same semantics, no files.
-func OpenMemory(ctx context.Context, name string, opts ...Option) (*Store, error) {
-	o := buildOptions(opts)
-	db, err := sqlstore.OpenMemory(ctx, name, format, sqlstore.Options{Logger: o.logger})
+func OpenMemory(ctx context.Context, name string, o driver.Config) (*Store, error) {
+	db, err := sqlstore.OpenMemory(ctx, name, format, sqlstore.Options{Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, now: o.clock}, nil
+	return &Store{db: db, now: clock(o.Clock)}, nil
 }
 
 // Path returns the database file (or "memory:<name>").
@@ -120,21 +119,14 @@ func (s *Store) Close() error { return s.db.Close() }
 
 func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
 
-func opErr(err error, format string, args ...any) error {
-	return bindings.Wrap(bindings.CodeKVOperationFailed, err, format, args...)
-}
-
 // Get returns the value of key and whether it exists. An expired key is
 // absent (and its row is deleted).
 func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := validKey("key", key); err != nil {
-		return nil, false, err
-	}
 	now := s.nowMillis()
-	var row [2]driver.Value // value, expires_at
-	found, err := s.db.ReadRow(ctx, stmtGet, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
+	var row [2]sqldriver.Value // value, expires_at
+	found, err := s.db.ReadRow(ctx, stmtGet, []sqldriver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
 	if err != nil {
-		return nil, false, opErr(err, "get %q", key)
+		return nil, false, err
 	}
 	if !found {
 		return nil, false, nil
@@ -155,14 +147,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 
 // Exists reports whether key holds a live value.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
-	if err := validKey("key", key); err != nil {
-		return false, err
-	}
 	now := s.nowMillis()
-	var row [1]driver.Value // expires_at
-	found, err := s.db.ReadRow(ctx, stmtExists, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
+	var row [1]sqldriver.Value // expires_at
+	found, err := s.db.ReadRow(ctx, stmtExists, []sqldriver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
 	if err != nil {
-		return false, opErr(err, "exists %q", key)
+		return false, err
 	}
 	if !found {
 		return false, nil
@@ -174,42 +163,30 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 }
 
 func (s *Store) deleteExpired(ctx context.Context, key string, now int64) error {
-	_, err := s.db.Exec(ctx, stmtDeleteIfExp, key, now)
-	return opErr(err, "delete expired key %q", key)
+	if _, err := s.db.Exec(ctx, stmtDeleteIfExp, key, now); err != nil {
+		return fmt.Errorf("delete expired key: %w", err)
+	}
+	return nil
 }
 
-// Put stores value under key. Without options it always writes and returns
-// true. With IfNotExists it writes only if the key is absent or expired and
+// Put stores value under key. Without IfAbsent it always writes and returns
+// true. With IfAbsent it writes only if the key is absent or expired and
 // returns whether it did; of any number of racing callers, across handles
 // and processes, exactly one wins.
-func (s *Store) Put(ctx context.Context, key string, value []byte, opts ...PutOption) (bool, error) {
-	var o putOptions
-	for _, fn := range opts {
-		fn(&o)
-	}
-	if err := validKey("key", key); err != nil {
-		return false, err
-	}
-	if len(value) > MaxValueBytes {
-		return false, bindings.Errorf(bindings.CodeInvalidInput,
-			"value: must be at most %d bytes, got %d bytes", MaxValueBytes, len(value))
-	}
-	if o.hasTTL && o.ttl < 0 {
-		return false, bindings.Errorf(bindings.CodeInvalidInput, "ttl: must be 0 or more, got %s", o.ttl)
-	}
+func (s *Store) Put(ctx context.Context, key string, value []byte, o driver.Put) (bool, error) {
 	if value == nil {
 		value = []byte{} // value is NOT NULL
 	}
 	now := s.nowMillis()
 	var exp any
-	if o.hasTTL {
-		exp = now + o.ttl.Milliseconds()
+	if o.HasTTL {
+		exp = now + o.TTL.Milliseconds()
 	}
 	// One statement each, so each runs as its own transaction.
-	if !o.ifNotExists {
+	if !o.IfAbsent {
 		_, err := s.db.Exec(ctx, stmtPut, key, value, exp)
 		if err != nil {
-			return false, opErr(err, "put %q", key)
+			return false, err
 		}
 		return true, nil
 	}
@@ -221,133 +198,65 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, opts ...PutOp
 		won = n == 1
 	}
 	if err != nil {
-		return false, opErr(err, "put %q", key)
+		return false, err
 	}
 	return won, nil
 }
 
 // Delete removes key. Deleting a missing key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := validKey("key", key); err != nil {
-		return err
-	}
 	_, err := s.db.Exec(ctx, stmtDelete, key)
-	return opErr(err, "delete %q", key)
+	return err
 }
 
-// Scan returns up to limit (0..MaxScanLimit) live keys starting with prefix,
-// in key order, after the position cursor names ("" for the first page).
-//
-// The cursor is opaque: it names the last key returned and the prefix it
-// belongs to, so a key deleted between two pages never makes the next page
-// skip one (the spec's offset cursor would), and a cursor used with another
-// prefix is INVALID_INPUT.
-func (s *Store) Scan(ctx context.Context, prefix string, limit int, cursor string) (Page, error) {
-	if err := validKey("prefix", prefix); err != nil {
-		return Page{}, err
-	}
-	if limit < 0 || limit > MaxScanLimit {
-		return Page{}, bindings.Errorf(bindings.CodeInvalidInput,
-			"limit: must be between 0 and %d, got %d", MaxScanLimit, limit)
-	}
-	after, err := decodeCursor(prefix, cursor)
-	if err != nil {
-		return Page{}, err
-	}
-	if limit == 0 {
-		return Page{}, nil
-	}
+// Scan returns up to limit (1 or more) live keys starting with prefix, in
+// key order, after the key after ("" for the first page), and whether more
+// remain.
+func (s *Store) Scan(ctx context.Context, prefix, after string, limit int) ([]driver.Item, bool, error) {
 	st, err := s.db.ReadStmt(ctx, stmtScan)
 	if err != nil {
-		return Page{}, opErr(err, "scan %q", prefix)
+		return nil, false, err
 	}
 	upper := prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
 	rows, err := st.QueryContext(ctx, prefix, upper, after, s.nowMillis(), limit+1)
 	if err != nil {
-		return Page{}, opErr(err, "scan %q", prefix)
+		return nil, false, err
 	}
 	defer rows.Close()
-	var page Page
+	var items []driver.Item
 	more := false
 	for rows.Next() {
-		if len(page.Items) == limit {
+		if len(items) == limit {
 			more = true
 			break
 		}
-		var it Item
+		var it driver.Item
 		if err := rows.Scan(&it.Key, &it.Value); err != nil {
-			return Page{}, opErr(err, "scan %q", prefix)
+			return nil, false, err
 		}
 		if it.Value == nil {
 			it.Value = []byte{}
 		}
-		page.Items = append(page.Items, it)
+		items = append(items, it)
 	}
 	if err := rows.Err(); err != nil {
-		return Page{}, opErr(err, "scan %q", prefix)
+		return nil, false, err
 	}
-	if more {
-		page.NextCursor = encodeCursor(prefix, page.Items[len(page.Items)-1].Key)
-	}
-	return page, nil
-}
-
-const cursorVersion = "c1."
-
-func encodeCursor(prefix, last string) string {
-	// The last key starts with the prefix, so the key alone binds the cursor
-	// to it; the prefix length makes the binding exact.
-	return cursorVersion + base64.RawURLEncoding.EncodeToString([]byte(prefix+"\x00"+last))
-}
-
-// decodeCursor returns the key to start after ("" to start at the prefix).
-func decodeCursor(prefix, cursor string) (string, error) {
-	if cursor == "" {
-		return "", nil
-	}
-	bad := bindings.Errorf(bindings.CodeInvalidInput,
-		"cursor: not a cursor returned by Scan for prefix %q, got %q", prefix, truncate(cursor, 64))
-	raw, ok := strings.CutPrefix(cursor, cursorVersion)
-	if !ok {
-		return "", bad
-	}
-	b, err := base64.RawURLEncoding.DecodeString(raw)
-	if err != nil {
-		return "", bad
-	}
-	p, last, ok := strings.Cut(string(b), "\x00")
-	// Base64 decoding ignores line breaks and the unused bits of the last
-	// character, so a cursor is accepted only in the one form Scan issues.
-	if !ok || p != prefix || !strings.HasPrefix(last, prefix) || encodeCursor(prefix, last) != cursor {
-		return "", bad
-	}
-	return last, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
-// validKey checks a key or scan prefix: 1..512 bytes of A-Z a-z 0-9 - _ : .
-func validKey(field, key string) error {
-	if len(key) == 0 || len(key) > MaxKeyBytes {
-		return bindings.Errorf(bindings.CodeInvalidInput,
-			"%s: must be 1 to %d bytes, got %d bytes", field, MaxKeyBytes, len(key))
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == ':', c == '.':
-		default:
-			return bindings.Errorf(bindings.CodeInvalidInput,
-				"%s: may hold only A-Z a-z 0-9 - _ : . but byte %d is %q in %q", field, i, c, truncate(key, 64))
-		}
-	}
-	return nil
+	return items, more, nil
 }
 
 // DB returns the store plumbing, for localcloud's own tools and tests.
 func (s *Store) DB() *sqlstore.DB { return s.db }
+
+// stmtCounts counts live and expired keys at ?1 (unix ms).
+const stmtCounts = `SELECT
+COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
+FROM kv`
+
+// Counts returns how many keys are live and how many expired (rows not
+// deleted yet) at now, in one read; for `localcloud status`.
+func (s *Store) Counts(ctx context.Context, now time.Time) (live, expired int64, err error) {
+	err = s.db.R.QueryRowContext(ctx, stmtCounts, now.UnixMilli()).Scan(&live, &expired)
+	return live, expired, err
+}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -69,7 +70,7 @@ func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store,
 	}
 	s.dirID, s.fileID = idOf(di), idOf(fi)
 	if s.kv != nil {
-		s.pageSize = s.kv.DB().PageSize
+		s.pageSize = admin.KVDB(s.kv).PageSize
 	} else {
 		s.pageSize = s.queue.DB().PageSize
 	}
