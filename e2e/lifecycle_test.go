@@ -89,7 +89,7 @@ func queueRows(t *testing.T, dir string) map[string]int {
 		t.Fatalf("open the queue store %s: %v", dir, err)
 	}
 	defer q.Close()
-	rows, err := q.DB().R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
+	rows, err := admin.QueueDB(q).R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
 	if err != nil {
 		t.Fatal(err)
 	}

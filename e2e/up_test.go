@@ -153,7 +153,7 @@ func readMarker(t *testing.T, typ, dir string) string {
 			t.Fatal(err)
 		}
 		defer q.Close()
-		if err := q.DB().R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
+		if err := admin.QueueDB(q).R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
 			t.Fatal(err)
 		}
 	}

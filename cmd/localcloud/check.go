@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
@@ -48,7 +48,7 @@ type checkStoreJSON struct {
 
 func formatOf(t config.Type) sqlstore.Format {
 	if t == config.TypeQueue {
-		return queue.Format()
+		return sqlitequeue.Format()
 	}
 	return sqlitekv.Format()
 }

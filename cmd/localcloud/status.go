@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -191,15 +190,6 @@ func offlineHealth(b config.Binding) string {
 	return strings.Join(probs, "; ")
 }
 
-// The count queries. Read-only handles run them on their query-only pool.
-const (
-	stmtQueueCounts = `SELECT
-COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN visible_at > ?1 THEN 1 ELSE 0 END), 0),
-MIN(enqueued_at)
-FROM messages`
-)
-
 // countStore fills in a binding's counts by opening its store read-only. A
 // store that is missing is not opened (opening never creates it anyway).
 func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
@@ -237,14 +227,15 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 			return
 		}
 		defer q.Close()
-		var c queueCounts
-		var oldest sql.NullInt64
-		if err := q.DB().R.QueryRowContext(ctx, stmtQueueCounts, ms).Scan(&c.Due, &c.InFlight, &oldest); err != nil {
+		// The queue's own Stats: the engine owns the schema.
+		st, err := q.Stats(ctx)
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
 		}
-		if oldest.Valid && oldest.Int64 < ms {
-			c.OldestAgeMillis = ms - oldest.Int64
+		c := queueCounts{Due: st.Due, InFlight: st.InFlight}
+		if !st.Oldest.IsZero() && st.Oldest.UnixMilli() < ms {
+			c.OldestAgeMillis = ms - st.Oldest.UnixMilli()
 		}
 		sb.Queue = &c
 	}

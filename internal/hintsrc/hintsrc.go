@@ -29,8 +29,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/localcloud/localcloud/internal/dirwatch"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,14 +92,6 @@ var settleSteps = [...]time.Duration{
 	32 * time.Millisecond, 64 * time.Millisecond, 128 * time.Millisecond, 256 * time.Millisecond, 512 * time.Millisecond,
 }
 
-// The statements run on a queue's dedicated connection. Both use the spec's
-// index idx_messages_visible, which leads with visible_at.
-const (
-	stmtDataVersion = `PRAGMA data_version`
-	stmtCountDue    = `SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`
-	stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
-)
-
 // Options configures a Source.
 type Options struct {
 	// Publisher publishes the hints. Required. The Source does not close it.
@@ -150,11 +145,14 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	if binding == "" || subject == "" || q == nil {
 		return fmt.Errorf("add %q to hint source: binding, subject and queue are required", binding)
 	}
-	db := q.DB()
-	if db.Dir == "" {
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return fmt.Errorf("add %q to hint source: %w", binding, err)
+	}
+	if q.Location() == "" || strings.HasPrefix(q.Location(), queue.MemoryPrefix) {
 		return fmt.Errorf("add %q to hint source: %w", binding, ErrNoDirectory)
 	}
-	dir := filepath.Clean(db.Dir)
+	dir := filepath.Clean(q.Location())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -168,7 +166,7 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	conn, err := db.R.Conn(ctx)
+	conn, err := eq.NewProbe(ctx)
 	if err != nil {
 		return fmt.Errorf("add %q to hint source: take a connection: %w", binding, err)
 	}
@@ -261,8 +259,8 @@ type watched struct {
 	subject string
 	dir     string
 
-	mu       sync.Mutex // guards everything below; held while looking
-	conn     *sql.Conn  // dedicated: data_version is per connection
+	mu       sync.Mutex         // guards everything below; held while looking
+	conn     *sqlitequeue.Probe // dedicated connection: data_version is per connection
 	version  int64
 	known    bool        // version was read
 	next     int64       // visible_at the timer is armed for; 0: none
@@ -285,8 +283,8 @@ func (w *watched) look(force bool) (changed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	if !force {
-		var v int64
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&v); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
@@ -295,23 +293,24 @@ func (w *watched) look(force bool) (changed bool) {
 		}
 		w.version, w.known, changed = v, true, true
 	} else if !w.known {
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&w.version); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
-		w.known = true
+		w.version, w.known = v, true
 	}
 	now := time.Now().UnixMilli()
-	var due int64
-	if err := w.conn.QueryRowContext(ctx, stmtCountDue, now, MaxDueCount).Scan(&due); err != nil {
+	due, err := w.conn.CountDue(ctx, now, MaxDueCount)
+	if err != nil {
 		w.failed("count due messages", err)
 		return changed
 	}
 	if due > 0 {
 		w.src.pub.Notify(w.subject, due)
 	}
-	var next sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next); err != nil {
+	next, err := w.conn.NextVisible(ctx, now)
+	if err != nil {
 		w.failed("find the next visible_at", err)
 		return changed
 	}

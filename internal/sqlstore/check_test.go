@@ -1,12 +1,13 @@
 package sqlstore_test
 
 import (
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
 	"os"
@@ -107,7 +108,7 @@ func TestVerifyAcceptsFreshStores(t *testing.T) {
 	for _, c := range []struct {
 		dir string
 		f   sqlstore.Format
-	}{{newKV(t), sqlitekv.Format()}, {newQueue(t), queue.Format()}} {
+	}{{newKV(t), sqlitekv.Format()}, {newQueue(t), sqlitequeue.Format()}} {
 		path := filepath.Join(c.dir, c.f.File)
 		before := testutil.HashFile(t, path)
 		v := verify(t, path, c.f)
@@ -145,7 +146,7 @@ func TestVerifyReportsDrift(t *testing.T) {
 			t.Parallel()
 			dir, f := newKV(t), sqlitekv.Format()
 			if c.queue {
-				dir, f = newQueue(t), queue.Format()
+				dir, f = newQueue(t), sqlitequeue.Format()
 			}
 			path := filepath.Join(dir, f.File)
 			rawExec(t, path, c.stmts...)

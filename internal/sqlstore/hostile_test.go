@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io"
 	"log/slog"
 	"net/url"
@@ -350,7 +351,7 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dir := c.make(t)
-			f, file := queue.Format(), queue.FileName
+			f, file := sqlitequeue.Format(), queue.FileName
 			if c.kv {
 				f, file = sqlitekv.Format(), kv.FileName
 			}
@@ -539,7 +540,7 @@ func TestBackupRefusesAForeignWAL(t *testing.T) {
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, dir)
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
-	_, err := sqlstore.Backup(context.Background(), path, dst, queue.Format())
+	_, err := sqlstore.Backup(context.Background(), path, dst, sqlitequeue.Format())
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("backup of a store with a foreign -wal: %v; want the -wal named", err)
 	}
@@ -567,7 +568,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	}
 	copy(b, make([]byte, 100))
 	writeFile(t, path, b, 0o600)
-	res, err := sqlstore.Restore(ctx, damaged, queue.Format(), src, now)
+	res, err := sqlstore.Restore(ctx, damaged, sqlitequeue.Format(), src, now)
 	if err != nil {
 		t.Fatalf("restore over a zeroed header: %v", err)
 	}
@@ -587,7 +588,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	path = filepath.Join(planted, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, planted)
-	_, err = sqlstore.Restore(ctx, planted, queue.Format(), src, now)
+	_, err = sqlstore.Restore(ctx, planted, sqlitequeue.Format(), src, now)
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
 	}
@@ -609,7 +610,7 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, queue.Format().Schema,
+	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, sqlitequeue.Format().Schema,
 		"INSERT INTO meta VALUES ('format', 'localqueue.v1')"} {
 		if _, err := db.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)

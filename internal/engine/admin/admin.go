@@ -7,6 +7,8 @@ package admin
 
 import (
 	"fmt"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/internal/engine/hook"
@@ -27,6 +29,25 @@ func KV(s *kv.Store) (*sqlitekv.Store, error) {
 // another engine: for tests and for tools that opened s with kv.Open.
 func KVDB(s *kv.Store) *sqlstore.DB {
 	d, err := KV(s)
+	if err != nil {
+		panic(err)
+	}
+	return d.DB()
+}
+
+// Queue returns the SQLite engine's queue under q.
+func Queue(q *queue.Queue) (*sqlitequeue.Queue, error) {
+	d, ok := hook.QueueDriver(q).(*sqlitequeue.Queue)
+	if !ok {
+		return nil, fmt.Errorf("reach the SQLite store of queue handle %q: it is on another engine (%T)", q.Path(), hook.QueueDriver(q))
+	}
+	return d, nil
+}
+
+// QueueDB returns the store plumbing under q, or panics for a handle of
+// another engine: for tests and for tools that opened q with queue.Open.
+func QueueDB(q *queue.Queue) *sqlstore.DB {
+	d, err := Queue(q)
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package queue
+package sqlitequeue
 
 // Dead letters, and moving a message from one store to another.
 //
@@ -58,10 +58,6 @@ import (
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
-// MaxAttemptsLimit is the largest maxAttempts of WithDeadLetter (the stack
-// file's bound too).
-const MaxAttemptsLimit = 1000
-
 // MemoryPrefix starts the location of an in-memory store: "memory:NAME".
 const MemoryPrefix = "memory:"
 
@@ -104,7 +100,7 @@ const (
 	// moveHide is how far ahead a message being moved is hidden. Recovery
 	// finishes a move long before; the bound only matters to a spec-exact
 	// reader, which would deliver the message once it passed.
-	moveHide = MaxVisibility
+	moveHide = maxLease
 	// moveGrace is how old an intent must be before Receive finishes it for
 	// a mover that may have died; the mover itself takes milliseconds.
 	moveGrace = 2 * time.Second
@@ -123,12 +119,11 @@ type deadLetterOptions struct {
 	set         bool
 }
 
+// validate checks what only this engine can: the public package checked
+// maxAttempts.
 func (d deadLetterOptions) validate() error {
 	if !d.set {
 		return nil
-	}
-	if d.maxAttempts < 1 || d.maxAttempts > MaxAttemptsLimit {
-		return bindings.Errorf(bindings.CodeInvalidInput, "maxAttempts: must be between 1 and %d, got %d", MaxAttemptsLimit, d.maxAttempts)
 	}
 	if d.dlq == "" {
 		return bindings.Errorf(bindings.CodeInvalidInput, "dead-letter queue: must not be empty: without one, a message past maxAttempts would have nowhere to go")
@@ -150,16 +145,12 @@ func normLocation(loc string) (string, error) {
 }
 
 // openLocation opens the store at loc: a directory or "memory:NAME".
-func openLocation(ctx context.Context, loc string, opts ...Option) (*Queue, error) {
+func openLocation(ctx context.Context, loc string, o options) (*Queue, error) {
 	if name, ok := strings.CutPrefix(loc, MemoryPrefix); ok {
-		return OpenMemory(ctx, name, opts...)
+		return OpenMemory(ctx, name, o)
 	}
-	return Open(ctx, loc, opts...)
+	return Open(ctx, loc, o)
 }
-
-// internalHandle marks a handle a move opened on its destination: it runs
-// no recovery of its own (which could open handles back on the source).
-func internalHandle() Option { return func(o *options) { o.internal = true } }
 
 // Location returns where the store is: its absolute directory, or
 // "memory:NAME" for an in-memory store. It is what WithDeadLetter and
@@ -374,8 +365,10 @@ func (q *Queue) destination(ctx context.Context, loc string) (*Queue, error) {
 	if d := q.dests[loc]; d != nil {
 		return d, nil
 	}
-	d, err := openLocation(ctx, loc, WithClock(q.now), WithLogger(q.hints.log),
-		WithDurability(bindings.DurabilityFull), internalHandle())
+	// internal: the handle runs no recovery of its own (which could open
+	// handles back on the source).
+	d, err := openLocation(ctx, loc, options{clock: q.now, logger: q.hints.log,
+		durability: bindings.DurabilityFull, internal: true})
 	if err != nil {
 		return nil, fmt.Errorf("open the destination of a move %q: %w", loc, err)
 	}
@@ -487,7 +480,7 @@ func (q *Queue) maybeRecover(ctx context.Context) {
 // MaxReceiveBatch and holds the write lock briefly even on a slow machine;
 // a claim that reached the cap wakes the waiters to claim again. A variable for the crash test,
 // which wants even smaller moves.
-var maxMovesPerClaim = MaxReceiveBatch
+var maxMovesPerClaim = 10
 
 // procStart anchors maybeRecover's monotonic clock.
 var procStart = time.Now()

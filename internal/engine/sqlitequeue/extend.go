@@ -1,4 +1,4 @@
-package queue
+package sqlitequeue
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
-// ErrMessageGone is wrapped by the error of an Extend whose message no
-// longer exists (acked, purged or moved to a dead-letter queue). Its code
-// is QUEUE_OPERATION_FAILED.
-var ErrMessageGone = errors.New("message not found: acked, purged or moved")
+// ErrMessageGone is driver.ErrMessageGone, wrapped by the error of an
+// Extend whose message no longer exists (acked, purged or moved).
+var ErrMessageGone = driver.ErrMessageGone
 
 // Extend moves the end of the lease of a message still held under receipt
-// to d from now (MinVisibility..MaxVisibility): the message stays hidden
+// to d from now (checked by the caller): the message stays hidden
 // until then, whatever its lease was. It is the spec's nack statement with
 // a later visible_at, so the receipt stays valid.
 //
@@ -27,9 +27,6 @@ var ErrMessageGone = errors.New("message not found: acked, purged or moved")
 // QUEUE_OPERATION_FAILED. An Extend after the lease ended but before a
 // redelivery still succeeds: the message was not handed to anyone else.
 func (q *Queue) Extend(ctx context.Context, receipt string, d time.Duration) error {
-	if err := validVisibility("extend", d); err != nil {
-		return err
-	}
 	id, u, ok := parseReceipt(receipt)
 	if !ok {
 		return bindings.Errorf(bindings.CodeInvalidInput, "receipt: %q is not a receipt handle of this store ({id}:{uuid})", receipt)

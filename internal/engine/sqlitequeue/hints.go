@@ -1,21 +1,14 @@
-package queue
+package sqlitequeue
 
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/notify"
 )
-
-// DefaultPollInterval is the fallback poll of ReceiveWait and Consume: how
-// long a waiter sleeps, at most, when no wake-up arrives. Each wait is
-// jittered by +-20% so that many consumers do not poll in step.
-const DefaultPollInterval = time.Second
 
 // Log attribute keys of this package.
 const (
@@ -29,49 +22,15 @@ const (
 	logKeyStack   = "stack"
 )
 
-// wakeOptions are the Open options about waking waiters (hints.go).
+// wakeOptions are the options about waking waiters.
 type wakeOptions struct {
 	url, token, subject string
-	poll                time.Duration
 	noLocalWake         bool
-}
-
-// WithHints makes the handle take part in "message available" hints on the
-// NATS server at natsURL (token may be ""): Send and a Nack that made a
-// message due publish a hint on subject (localcloud.<stack>.<binding>.available),
-// and ReceiveWait and Consume subscribe to subject so that a send from any
-// process wakes them at once. An empty natsURL turns NATS hints off; waiters
-// in this process are still woken directly by every Send and Nack of this
-// process on the same store, whatever the options.
-//
-// Hints never carry data and are never needed for correctness: with NATS
-// down or absent everything works, at the pace of the fallback poll. The
-// connections are shared by every handle of the process: one publisher per
-// (natsURL, token), dialed on the first hint, and one subscription per
-// (natsURL, token, subject), made on the first wait; they reconnect forever
-// and close with the last handle that uses them.
-//
-// Programs started by `localcloud run` find natsURL in $LOCALCLOUD_NATS_URL
-// and subject in the binding's JSON; FromEnv passes them here.
-func WithHints(natsURL, token, subject string) Option {
-	return func(o *options) {
-		o.wake.url, o.wake.token, o.wake.subject = natsURL, token, subject
-	}
-}
-
-// WithPollInterval sets the fallback poll of ReceiveWait on this handle and
-// the default of Consume's PollInterval; 0 means the default,
-// DefaultPollInterval (1 s).
-func WithPollInterval(d time.Duration) Option {
-	return func(o *options) { o.wake.poll = d }
 }
 
 func (w wakeOptions) validate() error {
 	if w.url != "" && w.subject == "" {
 		return bindings.Errorf(bindings.CodeInvalidInput, "hints: subject must not be empty when a NATS URL (%s) is given", w.url)
-	}
-	if w.poll < 0 {
-		return bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must not be negative, got %s", w.poll)
 	}
 	return nil
 }
@@ -87,8 +46,6 @@ type hintState struct {
 	tried bool             // sub was asked for (it may have failed)
 	done  chan struct{}    // closed by close
 	once  sync.Once
-
-	waiting atomic.Int32 // goroutines blocked waiting for a wake-up, for tests
 }
 
 func newHintState(o options, store string) *hintState {
@@ -97,9 +54,6 @@ func newHintState(o options, store string) *hintState {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &hintState{opts: o.wake, log: log, local: acquireLocal(store), done: make(chan struct{})}
-	if h.opts.poll == 0 {
-		h.opts.poll = DefaultPollInterval
-	}
 	if h.opts.url != "" {
 		h.pub = acquirePublisher(h.opts.url, h.opts.token, log)
 	}
@@ -159,11 +113,6 @@ func (h *hintState) isClosed() bool {
 	default:
 		return false
 	}
-}
-
-// pollWait returns d jittered by +-20%.
-func pollWait(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 // close releases the shared publisher and subscription. Safe to call twice.

@@ -1,42 +1,14 @@
-package queue
+package sqlitequeue
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/notify"
 )
 
-// Test-only bridges for the external tests in package queue_test (which can
-// import internal/hintsrc; this package cannot).
-
-// ExportWithoutLocalWake stops a handle's Send and Nack from waking waiters
-// of this process directly, so only NATS hints and polls wake them: the path
-// a consumer in another process takes.
-func ExportWithoutLocalWake() Option { return func(o *options) { o.wake.noLocalWake = true } }
-
-// ExportHintWakes returns how many hints (and reconnections) the handle's
-// shared subscription has seen, making the subscription if needed.
-func ExportHintWakes(q *Queue) uint64 {
-	if s := q.hints.subscription(); s != nil {
-		return s.wakes.Load()
-	}
-	return 0
-}
-
-// ExportWaiting returns how many ReceiveWait and Consume goroutines of the
-// handle are blocked waiting for a wake-up.
-func ExportWaiting(q *Queue) int { return int(q.hints.waiting.Load()) }
-
-// ExportHintStats returns the counters of the handle's shared publisher.
-func ExportHintStats(q *Queue) notify.PublisherStats {
-	if q.hints.pub == nil {
-		return notify.PublisherStats{}
-	}
-	return q.hints.pub.stats()
+// withHints is the engine's side of queue.WithHints.
+func withHints(url, token, subject string) func(*options) {
+	return func(o *options) { o.wake.url, o.wake.token, o.wake.subject = url, token, subject }
 }
 
 func TestBroadcasterWakesAllWaitersOnce(t *testing.T) {
@@ -78,7 +50,7 @@ func TestLocalWakeGroupsByStore(t *testing.T) {
 	}
 	lb, _ := b.hints.waitChans()
 	lc, _ := c.hints.waitChans()
-	if err := a.Send(ctx, Text("x")); err != nil {
+	if err := a.Send(ctx, []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -106,9 +78,9 @@ func TestSharedPublisherPerURLAndToken(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on this URL: dialing must not block or fail.
 	url := "nats://127.0.0.1:1"
-	a := hwOpenInternal(t, t.TempDir(), WithHints(url, "tok", "localcloud.s.a.available"))
-	b := hwOpenInternal(t, t.TempDir(), WithHints(url, "tok", "localcloud.s.b.available"))
-	c := hwOpenInternal(t, t.TempDir(), WithHints(url, "other", "localcloud.s.c.available"))
+	a := hwOpenInternal(t, t.TempDir(), withHints(url, "tok", "localcloud.s.a.available"))
+	b := hwOpenInternal(t, t.TempDir(), withHints(url, "tok", "localcloud.s.b.available"))
+	c := hwOpenInternal(t, t.TempDir(), withHints(url, "other", "localcloud.s.c.available"))
 	if a.hints.pub != b.hints.pub {
 		t.Fatal("handles with the same URL and token do not share a publisher")
 	}
@@ -116,13 +88,13 @@ func TestSharedPublisherPerURLAndToken(t *testing.T) {
 		t.Fatal("handles with different tokens share a publisher")
 	}
 	start := time.Now()
-	if err := a.Send(context.Background(), Text("x")); err != nil {
+	if err := a.Send(context.Background(), []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Send with NATS down took %s", d)
 	}
-	if st := ExportHintStats(b); st.Notified != 1 {
+	if st := b.HintStats(); st.Notified != 1 {
 		t.Fatalf("shared publisher stats = %+v, want one Notify", st)
 	}
 	_ = a.Close()
@@ -135,31 +107,13 @@ func TestSharedPublisherPerURLAndToken(t *testing.T) {
 	}
 }
 
-func TestWithHintsValidated(t *testing.T) {
-	t.Parallel()
-	for name, opt := range map[string]Option{
-		"url without subject": WithHints("nats://127.0.0.1:4222", "", ""),
-		"negative poll":       WithPollInterval(-time.Second),
-	} {
-		_, err := Open(context.Background(), t.TempDir(), opt)
-		if !errors.Is(err, bindings.ErrInvalidInput) {
-			t.Errorf("%s: Open error = %v, want INVALID_INPUT", name, err)
-		}
-	}
-}
-
-func TestPollWaitJitter(t *testing.T) {
-	t.Parallel()
-	for range 1000 {
-		if d := pollWait(time.Second); d < 800*time.Millisecond || d > 1200*time.Millisecond {
-			t.Fatalf("pollWait(1s) = %s, want within +-20%%", d)
-		}
-	}
-}
-
-func hwOpenInternal(t *testing.T, dir string, opts ...Option) *Queue {
+func hwOpenInternal(t *testing.T, dir string, opts ...func(*options)) *Queue {
 	t.Helper()
-	q, err := Open(context.Background(), dir, opts...)
+	var o options
+	for _, fn := range opts {
+		fn(&o)
+	}
+	q, err := Open(context.Background(), dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}

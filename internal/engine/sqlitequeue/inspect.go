@@ -1,15 +1,10 @@
-package queue
+package sqlitequeue
 
 import (
 	"context"
 	"database/sql"
 	"time"
-
-	"github.com/localcloud/localcloud/bindings"
 )
-
-// MaxPeekLimit is the most messages one Peek returns.
-const MaxPeekLimit = 1000
 
 // Read-only statements of the inspection tools. They run on the reader
 // pool, so they work on a handle opened with ReadOnly and never claim,
@@ -32,53 +27,10 @@ GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_bindi
 	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
 )
 
-// Origin is where a dead letter came from, as recorded when it was moved.
-type Origin struct {
-	Store      string    // Location of the queue it was moved from
-	Binding    string    // that queue's binding name; "" if unknown
-	ID         int64     // its message id there
-	Attempts   int       // deliveries there
-	EnqueuedAt time.Time // when it was sent there
-	MovedAt    time.Time
-	// LastReceipt is the receipt handle of its last delivery there; "" if
-	// it had none.
-	LastReceipt string
-}
-
-// OriginCount is how many dead letters of a queue came from one origin.
-type OriginCount struct {
-	Store   string
-	Binding string
-	Count   int64
-}
-
-// PeekedMessage is a message as stored, seen without claiming it.
-type PeekedMessage struct {
-	ID         int64
-	Attempt    int // deliveries so far; 0 before the first
-	EnqueuedAt time.Time
-	// VisibleAt is when the message is (or was) due: at or before now it is
-	// due; later it is in flight (Attempt > 0: its lease ends then) or
-	// delayed (Attempt 0).
-	VisibleAt time.Time
-	Payload   Payload
-	// Delivered reports that the message has a receipt (was received at
-	// least once).
-	Delivered bool
-	// Origin is where a dead letter came from; nil for other messages.
-	Origin *Origin
-	// Moving reports that the message is being moved to another store (to
-	// its dead-letter queue, or redriven); it is hidden meanwhile.
-	Moving bool
-}
-
-// Peek returns up to limit (1..MaxPeekLimit) messages in delivery order
+// Peek returns up to limit (checked by the caller) messages in delivery order
 // ((enqueued_at, id)), due or not, without claiming them: attempt counts,
 // leases and receipts stay as they are.
 func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
-	if limit < 1 || limit > MaxPeekLimit {
-		return nil, bindings.Errorf(bindings.CodeInvalidInput, "limit: must be between 1 and %d, got %d", MaxPeekLimit, limit)
-	}
 	own, err := q.hasMoveTables(ctx)
 	if err != nil {
 		return nil, opErr(err, "peek")
@@ -120,22 +72,6 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		return nil, opErr(err, "peek")
 	}
 	return out, nil
-}
-
-// Stats are a queue's counts at one moment.
-type Stats struct {
-	Due      int64 // visible_at <= now
-	InFlight int64 // visible_at > now: leased (or delayed)
-	Total    int64
-	// Oldest is the enqueue time of the oldest message; zero when empty.
-	Oldest time.Time
-	// DeadLetters counts the messages moved here from a queue whose
-	// maxAttempts they used up; Origins splits them by origin, most first.
-	DeadLetters int64
-	Origins     []OriginCount
-	// Moving counts the messages being moved out of this queue (to its
-	// dead-letter queue, or redriven); they are part of InFlight.
-	Moving int64
 }
 
 // Stats counts the queue's messages in one read.

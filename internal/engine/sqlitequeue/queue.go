@@ -1,9 +1,18 @@
-// Package queue is localcloud's queue binding: the localqueue.v1 store format
-// (one SQLite file, <dir>/localqueue.sqlite) with leases, receipts that go
-// stale on redelivery, and FIFO order by (enqueued_at, id). Any number of
-// handles and OS processes may share one queue; each message is delivered
-// to exactly one receiver per lease.
-package queue
+// Package sqlitequeue is the SQLite engine of the queue binding: the
+// localqueue.v1 store format (one SQLite file, <dir>/localqueue.sqlite, or
+// a shared in-memory database "memory:NAME") with leases, receipts
+// "{id}:{uuid}" that go stale on redelivery, FIFO order by (enqueued_at,
+// id), dead letters and redrives between stores, and wake-ups by in-process
+// broadcast and NATS hints. Any number of handles and OS processes may
+// share one queue; each message is delivered to exactly one receiver per
+// lease.
+//
+// It implements bindings/queue/driver; apps reach it through package queue,
+// which checks every argument first and runs Consume and ReceiveWait over
+// it. The SQLite-only parts (the *sqlstore.DB for check, backup, restore
+// and raw reads; Probe for the hint source) are for localcloud's own tools,
+// through internal/engine/admin.
+package sqlitequeue
 
 import (
 	"context"
@@ -19,17 +28,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
-// Limits and defaults of the localqueue.v1 binding.
-const (
-	MaxPayloadBytes   = 65536
-	MaxReceiveBatch   = 10
-	DefaultVisibility = 30 * time.Second
-	MinVisibility     = time.Millisecond
-	MaxVisibility     = 12 * time.Hour
-)
+// maxLease is the longest lease and delay the public package lets through
+// (queue.MaxVisibility, queue.MaxDelay).
+const maxLease = 12 * time.Hour
 
 // FileName is the database file inside a queue store directory.
 const FileName = "localqueue.sqlite"
@@ -92,31 +97,32 @@ RETURNING payload_type, payload_data, attempt`
 	stmtPurge  = `DELETE FROM messages`
 )
 
-// ErrStaleReceipt is wrapped by the error of an Ack or Nack whose receipt was
-// replaced by a later delivery of the same message. Its code is
-// QUEUE_OPERATION_FAILED.
-var ErrStaleReceipt = errors.New("stale receipt: the message was redelivered under a newer receipt")
+// ErrStaleReceipt is driver.ErrStaleReceipt, wrapped by the error of an
+// Ack, Nack or Extend whose receipt was replaced by a later delivery.
+var ErrStaleReceipt = driver.ErrStaleReceipt
 
-// Message is one delivery of a message.
-type Message struct {
-	ID            int64
-	ReceiptHandle string // "{id}:{uuid}", opaque to callers
-	Attempt       int    // 1 on the first delivery
-	Payload       Payload
-	EnqueuedAt    time.Time
-}
+// The driver's types under the names this engine's code was written with.
+type (
+	Message       = driver.Message
+	Payload       = driver.Payload
+	PayloadType   = string
+	PeekedMessage = driver.PeekedMessage
+	Origin        = driver.Origin
+	OriginCount   = driver.OriginCount
+	Stats         = driver.Stats
+	RedriveResult = driver.RedriveResult
+)
 
 // Queue is a handle on one queue store. It is safe for concurrent use.
 type Queue struct {
-	db         *sqlstore.DB
-	now        func() time.Time
-	visibility time.Duration
-	notifier   Notifier
-	hints      *hintState // wake-ups and NATS hints (hints.go)
-	binding    string
-	dead       deadLetterOptions // maxAttempts 0: no dead-letter policy
-	readOnly   bool
-	internal   bool // opened by a move on its destination (deadletter.go)
+	db       *sqlstore.DB
+	now      func() time.Time
+	notifier interface{ MessageDue() }
+	hints    *hintState // wake-ups and NATS hints (hints.go)
+	binding  string
+	dead     deadLetterOptions // maxAttempts 0: no dead-letter policy
+	readOnly bool
+	internal bool // opened by a move on its destination (deadletter.go)
 
 	destMu      sync.Mutex
 	dests       map[string]*Queue // destinations of moves, by location
@@ -128,8 +134,8 @@ type Queue struct {
 // Open opens or creates the queue store in dir (created 0700; the file 0600).
 // A read-write open finishes the moves between stores (dead letters,
 // redrives) that a killed process left unfinished; see deadletter.go.
-func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
-	o, err := prepareOptions(opts)
+func Open(ctx context.Context, dir string, o options) (*Queue, error) {
+	o, err := prepareOptions(o)
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +149,8 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
 // OpenMemory opens the in-memory queue called name, shared by every handle
 // of this process that names it and gone when the last one closes. Its
 // Location is "memory:NAME".
-func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error) {
-	o, err := prepareOptions(opts)
+func OpenMemory(ctx context.Context, name string, o options) (*Queue, error) {
+	o, err := prepareOptions(o)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +161,10 @@ func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error
 	return newQueue(ctx, db, o)
 }
 
-func prepareOptions(opts []Option) (options, error) {
-	o := buildOptions(opts)
+func prepareOptions(o options) (options, error) {
+	if o.clock == nil {
+		o.clock = time.Now
+	}
 	if err := o.validate(); err != nil {
 		return o, err
 	}
@@ -171,7 +179,7 @@ func prepareOptions(opts []Option) (options, error) {
 }
 
 func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
-	q := &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path),
+	q := &Queue{db: db, now: o.clock, notifier: o.notifier, hints: newHintState(o, db.Path),
 		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
 	if o.dead.set {
 		if o.dead.dlq == q.Location() {
@@ -194,18 +202,7 @@ func (o options) validate() error {
 	if err := o.wake.validate(); err != nil {
 		return err
 	}
-	if err := o.dead.validate(); err != nil {
-		return err
-	}
-	return validVisibility("default visibility", o.visibility)
-}
-
-func validVisibility(field string, d time.Duration) error {
-	if d < MinVisibility || d > MaxVisibility {
-		return bindings.Errorf(bindings.CodeInvalidInput,
-			"%s: must be between %s and %s, got %s", field, MinVisibility, MaxVisibility, d)
-	}
-	return nil
+	return o.dead.validate()
 }
 
 // Path returns the database file (or "memory:<name>").
@@ -232,21 +229,17 @@ func (q *Queue) notify() {
 	q.hints.messageDue()
 }
 
-// Send enqueues one message, due at once or, with WithDelay, later.
-// Payloads over MaxPayloadBytes (serialized) and invalid options are
-// rejected before the store is touched.
-func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
-	o, err := buildSendOptions(opts)
-	if err != nil {
-		return err
+// Send enqueues ps (checked by the caller), due after delay: one message
+// with the spec's insert alone, several in one transaction (sendBatch).
+func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) error {
+	if len(ps) != 1 {
+		return q.sendBatch(ctx, ps, delay)
 	}
-	if err := p.validate("payload"); err != nil {
-		return err
-	}
+	p := ps[0]
 	now := q.now().UnixMilli()
 	// The spec's insert is one statement: it runs as its own transaction.
-	stmt, args := insertStmt(p, now, o.delay)
-	if _, err = q.db.Exec(ctx, stmt, args...); err != nil {
+	stmt, args := insertStmt(p, now, delay)
+	if _, err := q.db.Exec(ctx, stmt, args...); err != nil {
 		return opErr(err, "send")
 	}
 	q.notify()
@@ -268,7 +261,7 @@ func insertStmt(p Payload, now int64, delay time.Duration) (string, []any) {
 	return stmtSendAt, []any{string(p.Type), p.Data, now, now + delayMillis(delay)}
 }
 
-// Receive claims up to max (1..MaxReceiveBatch) due messages in (enqueued_at,
+// Receive claims up to max (checked by the caller) due messages in (enqueued_at,
 // id) order, hiding each for its lease. An empty queue gives an empty slice.
 //
 // With a dead-letter policy (WithDeadLetter), a due message that was
@@ -276,18 +269,7 @@ func insertStmt(p Payload, now int64, delay time.Duration) (string, []any) {
 // move to the dead-letter queue, and Receive finishes the move before it
 // returns (a move that fails is logged and finished later; the messages
 // claimed are returned all the same).
-func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]Message, error) {
-	ro := receiveOptions{visibility: q.visibility}
-	for _, fn := range opts {
-		fn(&ro)
-	}
-	if max < 1 || max > MaxReceiveBatch {
-		return nil, bindings.Errorf(bindings.CodeInvalidInput,
-			"max: must be between 1 and %d, got %d", MaxReceiveBatch, max)
-	}
-	if err := validVisibility("visibility", ro.visibility); err != nil {
-		return nil, err
-	}
+func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Message, error) {
 	q.maybeRecover(ctx)
 	// A read first keeps empty polls off the write lock. After a claim that
 	// came back full more is likely due, so the read is skipped then.
@@ -297,13 +279,13 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 		}
 	}
 	if max == 1 && !q.dead.set {
-		return q.receiveOne(ctx, ro.visibility)
+		return q.receiveOne(ctx, lease)
 	}
 	var msgs []Message
 	var moves []move
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		var err error
-		msgs, moves, err = q.claim(ctx, tx, q.now(), max, ro.visibility)
+		msgs, moves, err = q.claim(ctx, tx, q.now(), max, lease)
 		return err
 	})
 	if err != nil {
@@ -456,22 +438,17 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	return q.receiptErr(err, "ack", receipt)
 }
 
-// Nack makes the message due again at once, or with WithDelay after a
-// back-off (its attempt count is kept either way), so it is redelivered
-// under a new receipt. Receipt rules are those of Ack; an invalid delay is
-// INVALID_INPUT and changes nothing.
-func (q *Queue) Nack(ctx context.Context, receipt string, opts ...NackOption) error {
-	o, err := buildNackOptions(opts)
-	if err != nil {
-		return err
-	}
+// Nack makes the message due again after delay (0: at once), keeping its
+// attempt count, so it is redelivered under a new receipt. Receipt rules
+// are those of Ack.
+func (q *Queue) Nack(ctx context.Context, receipt string, delay time.Duration) error {
 	id, u, ok := parseReceipt(receipt)
 	if !ok {
 		return nil
 	}
 	changed := false
-	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli()+delayMillis(o.delay))
+	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli()+delayMillis(delay))
 		if err != nil {
 			return err
 		}

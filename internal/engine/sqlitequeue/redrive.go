@@ -1,4 +1,4 @@
-package queue
+package sqlitequeue
 
 import (
 	"context"
@@ -6,31 +6,9 @@ import (
 	"math"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
-
-// RedriveOption changes one Redrive.
-type RedriveOption func(*redriveOptions)
-
-type redriveOptions struct {
-	to  string
-	max int // -1: all
-}
-
-// RedriveTo sends every redriven message to the queue at loc (a store
-// directory or "memory:NAME") instead of its origin. Messages without a
-// recorded origin (sent to the dead-letter queue directly) are redriven
-// only with RedriveTo.
-func RedriveTo(loc string) RedriveOption { return func(o *redriveOptions) { o.to = loc } }
-
-// RedriveMax redrives at most n (>= 1) messages. Defaults to all.
-func RedriveMax(n int) RedriveOption { return func(o *redriveOptions) { o.max = n } }
-
-// RedriveResult counts what a Redrive did.
-type RedriveResult struct {
-	Moved   int // messages now in their origin (or the RedriveTo queue)
-	Skipped int // due messages left here: no recorded origin and no RedriveTo
-}
 
 const stmtRedriveSelect = `SELECT m.id, m.enqueued_at, m.attempt, m.payload_type, m.payload_data, m.receipt_handle, d.origin_store
 FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id
@@ -39,7 +17,7 @@ ORDER BY m.enqueued_at, m.id LIMIT ?4`
 
 // Redrive moves the due messages of this queue - a dead-letter queue - back
 // to the queue each came from (its origin, as recorded when it was moved
-// here) or to the RedriveTo queue, in delivery order. A redriven message
+// here) or to the queue To names, in delivery order. A redriven message
 // starts afresh there: attempt 0, due at once, enqueued now. Messages in
 // flight (held by a consumer of this queue) stay.
 //
@@ -48,15 +26,12 @@ ORDER BY m.enqueued_at, m.id LIMIT ?4`
 // crash or an error is finished by the next Redrive, Receive or read-write
 // Open of this store, and every message ends up in exactly one of the two
 // queues.
-func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResult, error) {
-	o := redriveOptions{max: -1}
-	for _, fn := range opts {
-		fn(&o)
-	}
+func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, error) {
+	o := struct {
+		to  string
+		max int // -1: all
+	}{ro.To, ro.Max}
 	var res RedriveResult
-	if o.max == 0 || o.max < -1 {
-		return res, bindings.Errorf(bindings.CodeInvalidInput, "max: must be at least 1, got %d", o.max)
-	}
 	if o.to != "" {
 		loc, err := normLocation(o.to)
 		if err != nil {

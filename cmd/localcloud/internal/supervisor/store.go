@@ -72,7 +72,7 @@ func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store,
 	if s.kv != nil {
 		s.pageSize = admin.KVDB(s.kv).PageSize
 	} else {
-		s.pageSize = s.queue.DB().PageSize
+		s.pageSize = admin.QueueDB(s.queue).PageSize
 	}
 	return s, nil
 }

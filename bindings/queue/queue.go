@@ -1,0 +1,495 @@
+// Package queue is localcloud's queue binding: leases, receipts that go
+// stale on redelivery, FIFO order by send time, delayed messages, dead
+// letters, and Consume, a worker pool that extends leases and acks for you.
+// Any number of handles and OS processes may share one queue; each message
+// is delivered to exactly one receiver per lease.
+//
+// It is one API over pluggable engines (bindings/queue/driver): Open and
+// OpenMemory use the SQLite engine (the localqueue.v1 store format, one
+// SQLite file <dir>/localqueue.sqlite, or a shared in-memory database),
+// FromEnv picks the engine the binding's JSON names, and OpenEngine opens a
+// queue of any engine, including one from another module. This package
+// checks every argument (the same INVALID_INPUT errors on every engine) and
+// runs Consume and ReceiveWait over the engine's wake-up signal.
+//
+// Option names: options of Open (and FromEnv, OpenMemory, OpenEngine) are
+// With... (WithClock, WithHints, WithReadOnly); options of Consume are
+// Consume... (ConsumeWorkers, ConsumeVisibility); options of one call are
+// named for it (ReceiveVisibility for Receive and ReceiveWait, WithDelay for
+// Send and Nack, RedriveTo and RedriveMax for Redrive).
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
+	"github.com/localcloud/localcloud/internal/engine/hook"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+)
+
+// Limits and defaults of the queue binding, the same for every engine.
+const (
+	MaxPayloadBytes   = 65536
+	MaxReceiveBatch   = 10
+	DefaultVisibility = 30 * time.Second
+	MinVisibility     = time.Millisecond
+	MaxVisibility     = 12 * time.Hour
+)
+
+// MaxSendBatch is the most messages one SendBatch takes.
+const MaxSendBatch = 100
+
+// MaxPeekLimit is the most messages one Peek returns.
+const MaxPeekLimit = 1000
+
+// MaxAttemptsLimit is the largest maxAttempts of WithDeadLetter (the stack
+// file's bound too).
+const MaxAttemptsLimit = 1000
+
+// MemoryPrefix starts the location of an in-memory store of the SQLite
+// engine: "memory:NAME" (Location of its handle).
+const MemoryPrefix = "memory:"
+
+// FileName is the database file inside a queue store directory of the
+// SQLite engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const FileName = "localqueue.sqlite"
+
+// Marker is the format identifier in the meta table of the SQLite engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const Marker = "localqueue.v1"
+
+// Schema is the provider DDL of localqueue.v1, exactly as the spec writes it.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const Schema = `CREATE TABLE IF NOT EXISTS messages (
+id INTEGER PRIMARY KEY AUTOINCREMENT,
+payload_type TEXT NOT NULL, -- "json" | "text"
+payload_data TEXT NOT NULL, -- serialized JSON for "json", raw string for "text"
+enqueued_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+visible_at INTEGER NOT NULL, -- unix epoch MILLISECONDS; due when <= now
+attempt INTEGER NOT NULL DEFAULT 0, -- delivery count, incremented per receive
+receipt_handle TEXT -- UUID of the CURRENT delivery, NULL if never delivered
+);
+CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);`
+
+// OrderIndex is localcloud's own index. The spec's index leads with
+// visible_at, so the spec's receive select scans and sorts every due row
+// (O(backlog) per receive). This one is in delivery order and covers
+// visible_at, so a receive reads only the rows it returns plus the in-flight
+// rows ahead of them. A spec-exact reader ignores it.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const OrderIndex = `CREATE INDEX IF NOT EXISTS lc_messages_order ON messages (enqueued_at, id, visible_at);`
+
+// MovesDDL is localcloud's own DDL for moves between stores, part of the
+// format's Extra: a spec-exact reader ignores these tables.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const MovesDDL = `CREATE TABLE IF NOT EXISTS lc_moves (
+message_id INTEGER PRIMARY KEY, -- messages.id of the message being moved out
+token TEXT NOT NULL, -- receipt_handle UUID set when the move began
+dest TEXT NOT NULL, -- location of the destination store
+kind TEXT NOT NULL, -- 'dead-letter' | 'redrive'
+binding TEXT NOT NULL, -- binding name of this store, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries before the move
+last_receipt TEXT, -- receipt handle of the last delivery, NULL if none
+started_at INTEGER NOT NULL -- unix epoch MILLISECONDS
+);
+CREATE TABLE IF NOT EXISTS lc_dead_letters (
+origin_store TEXT NOT NULL, -- location of the queue the message died in
+origin_id INTEGER NOT NULL, -- its messages.id there
+origin_binding TEXT NOT NULL, -- its binding name, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries there
+last_receipt TEXT, -- receipt handle of the last delivery there
+origin_enqueued_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+moved_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+dlq_message_id INTEGER, -- messages.id here
+PRIMARY KEY (origin_store, origin_id)
+);
+CREATE INDEX IF NOT EXISTS lc_dead_letters_message ON lc_dead_letters (dlq_message_id);
+CREATE TABLE IF NOT EXISTS lc_redriven (
+dlq_store TEXT NOT NULL, -- location of the dead-letter queue
+dlq_id INTEGER NOT NULL, -- the message's messages.id there
+message_id INTEGER, -- messages.id here
+redriven_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+PRIMARY KEY (dlq_store, dlq_id)
+);`
+
+// ErrStaleReceipt is wrapped by the error of an Ack, Nack or Extend whose
+// receipt was replaced by a later delivery of the same message. Its code is
+// QUEUE_OPERATION_FAILED. It is driver.ErrStaleReceipt.
+var ErrStaleReceipt = driver.ErrStaleReceipt
+
+// ErrMessageGone is wrapped by the error of an Extend whose message no
+// longer exists (acked, purged or moved to a dead-letter queue). Its code
+// is QUEUE_OPERATION_FAILED. It is driver.ErrMessageGone.
+var ErrMessageGone = driver.ErrMessageGone
+
+// Message is one delivery of a message.
+type Message struct {
+	ID            int64
+	ReceiptHandle string // "{id}:{uuid}" on the SQLite engine; opaque to callers
+	Attempt       int    // 1 on the first delivery
+	Payload       Payload
+	EnqueuedAt    time.Time
+}
+
+// Queue is a handle on one queue. It is safe for concurrent use.
+type Queue struct {
+	drv        driver.Queue
+	now        func() time.Time
+	visibility time.Duration // default lease
+	poll       time.Duration // fallback poll of waiters
+	log        *slog.Logger
+	waiting    atomic.Int32 // goroutines blocked waiting for a wake-up, for tests
+}
+
+// Open opens or creates the SQLite queue store in dir (created 0700; the
+// file 0600). A read-write open finishes the moves between stores (dead
+// letters, redrives) that a killed process left unfinished.
+func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
+	return OpenEngine(ctx, sqlitequeue.Engine{}, dir, opts...)
+}
+
+// OpenMemory opens the in-memory queue called name, shared by every handle
+// of this process that names it and gone when the last one closes. Its
+// Location is "memory:NAME".
+func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error) {
+	return OpenEngine(ctx, sqlitequeue.Engine{}, MemoryPrefix+name, opts...)
+}
+
+// OpenEngine opens the queue at location (in the form the engine defines)
+// with the engine e: the way to use an engine of another module, and what a
+// queuetest harness calls.
+func OpenEngine(ctx context.Context, e driver.Engine, location string, opts ...Option) (*Queue, error) {
+	return openEngine(ctx, e, driver.Config{Location: location}, opts)
+}
+
+func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []Option) (*Queue, error) {
+	o := buildOptions(opts)
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "engine: must not be nil")
+	}
+	log := o.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.BindingName, cfg.Clock, cfg.Logger = o.binding, o.clock, log
+	cfg.Durability, cfg.ReadOnly = string(o.durability), o.readOnly
+	cfg.Hints = driver.Hints{URL: o.wake.url, Token: o.wake.token, Subject: o.wake.subject, NoLocalWake: o.wake.noLocalWake}
+	if o.notifier != nil {
+		cfg.Notifier = o.notifier
+	}
+	if o.dead.set {
+		cfg.DeadLetter = driver.DeadLetter{MaxAttempts: o.dead.maxAttempts, Location: o.dead.dlq}
+	}
+	d, err := e.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	poll := o.wake.poll
+	if poll == 0 {
+		poll = DefaultPollInterval
+	}
+	return &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: log}, nil
+}
+
+func (o options) validate() error {
+	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
+		return err
+	}
+	if o.wake.poll < 0 {
+		return bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must not be negative, got %s", o.wake.poll)
+	}
+	if o.dead.set && (o.dead.maxAttempts < 1 || o.dead.maxAttempts > MaxAttemptsLimit) {
+		return bindings.Errorf(bindings.CodeInvalidInput, "maxAttempts: must be between 1 and %d, got %d", MaxAttemptsLimit, o.dead.maxAttempts)
+	}
+	return validVisibility("default visibility", o.visibility)
+}
+
+func validVisibility(field string, d time.Duration) error {
+	if d < MinVisibility || d > MaxVisibility {
+		return bindings.Errorf(bindings.CodeInvalidInput,
+			"%s: must be between %s and %s, got %s", field, MinVisibility, MaxVisibility, d)
+	}
+	return nil
+}
+
+// Path returns where the queue is, for people: the SQLite engine's
+// database file, or "memory:<name>".
+func (q *Queue) Path() string { return q.drv.Path() }
+
+// Location returns where the store is: for the SQLite engine its absolute
+// directory, or "memory:NAME" for an in-memory store. It is what
+// WithDeadLetter and RedriveTo take, and what dead letters record as their
+// origin.
+func (q *Queue) Location() string { return q.drv.Location() }
+
+// Close releases the handle. Safe to call twice.
+func (q *Queue) Close() error { return q.drv.Close() }
+
+// isClosed reports whether Close was called.
+func (q *Queue) isClosed() bool {
+	select {
+	case <-q.drv.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// opErr wraps an engine's error with QUEUE_OPERATION_FAILED and the
+// operation, unless it carries a code already.
+func opErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var be *bindings.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
+}
+
+// Send enqueues one message, due at once or, with WithDelay, later.
+// Payloads over MaxPayloadBytes (serialized) and invalid options are
+// rejected before the store is touched.
+func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
+	o, err := buildSendOptions(opts)
+	if err != nil {
+		return err
+	}
+	if err := p.validate("payload"); err != nil {
+		return err
+	}
+	return opErr(q.drv.Send(ctx, []driver.Payload{p.driver()}, o.delay), "send")
+}
+
+// SendBatch enqueues 1..MaxSendBatch messages in one transaction: all of
+// them or, if anything fails, none. Every payload is validated before the
+// store is touched (an invalid one is INVALID_INPUT naming its index). The
+// messages share one enqueued_at and get ascending ids, so they are
+// delivered in slice order; opts (WithDelay) apply to each.
+func (q *Queue) SendBatch(ctx context.Context, ps []Payload, opts ...SendOption) error {
+	o, err := buildSendOptions(opts)
+	if err != nil {
+		return err
+	}
+	if len(ps) < 1 || len(ps) > MaxSendBatch {
+		return bindings.Errorf(bindings.CodeInvalidInput, "batch: must hold between 1 and %d messages, got %d", MaxSendBatch, len(ps))
+	}
+	dps := make([]driver.Payload, len(ps))
+	for i, p := range ps {
+		if err := p.validate(fmt.Sprintf("payload %d", i)); err != nil {
+			return err
+		}
+		dps[i] = p.driver()
+	}
+	return opErr(q.drv.Send(ctx, dps, o.delay), "send batch of %d", len(ps))
+}
+
+// Receive claims up to max (1..MaxReceiveBatch) due messages in send order
+// ((enqueued_at, id) on the SQLite engine), hiding each for its lease. An
+// empty queue gives an empty slice.
+//
+// With a dead-letter policy (WithDeadLetter), a due message that was
+// delivered maxAttempts times already is not delivered: it is moved to the
+// dead-letter queue, and Receive finishes the move before it returns (a
+// move that fails is logged and finished later; the messages claimed are
+// returned all the same).
+func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]Message, error) {
+	ro := receiveOptions{visibility: q.visibility}
+	for _, fn := range opts {
+		fn(&ro)
+	}
+	if max < 1 || max > MaxReceiveBatch {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput,
+			"max: must be between 1 and %d, got %d", MaxReceiveBatch, max)
+	}
+	if err := validVisibility("visibility", ro.visibility); err != nil {
+		return nil, err
+	}
+	dms, err := q.drv.Receive(ctx, max, ro.visibility)
+	if err != nil {
+		return nil, opErr(err, "receive")
+	}
+	if len(dms) == 0 {
+		return nil, nil
+	}
+	msgs := make([]Message, len(dms))
+	for i, m := range dms {
+		msgs[i] = Message{ID: m.ID, ReceiptHandle: m.ReceiptHandle, Attempt: m.Attempt,
+			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt}
+	}
+	return msgs, nil
+}
+
+// Ack deletes the message the receipt was issued for. A receipt that this
+// queue could not have issued ("{id}:{uuid}" on the SQLite engine), or
+// whose message is gone, is a no-op success. A stale receipt (the message
+// was redelivered since) fails with ErrStaleReceipt and deletes nothing.
+func (q *Queue) Ack(ctx context.Context, receipt string) error {
+	return opErr(q.drv.Ack(ctx, receipt), "ack receipt %q", receipt)
+}
+
+// Nack makes the message due again at once, or with WithDelay after a
+// back-off (its attempt count is kept either way), so it is redelivered
+// under a new receipt. Receipt rules are those of Ack; an invalid delay is
+// INVALID_INPUT and changes nothing.
+func (q *Queue) Nack(ctx context.Context, receipt string, opts ...NackOption) error {
+	o, err := buildNackOptions(opts)
+	if err != nil {
+		return err
+	}
+	return opErr(q.drv.Nack(ctx, receipt, o.delay), "nack receipt %q", receipt)
+}
+
+// Extend moves the end of the lease of a message still held under receipt
+// to d from now (MinVisibility..MaxVisibility): the message stays hidden
+// until then, whatever its lease was, and the receipt stays valid.
+//
+// Unlike Ack and Nack, Extend cannot succeed by doing nothing: a receipt
+// this queue could not have issued is INVALID_INPUT; a stale receipt (the
+// lease ended and the message was delivered again) fails with
+// ErrStaleReceipt, and a message that is gone with ErrMessageGone, both
+// QUEUE_OPERATION_FAILED. An Extend after the lease ended but before a
+// redelivery still succeeds: the message was not handed to anyone else.
+func (q *Queue) Extend(ctx context.Context, receipt string, d time.Duration) error {
+	if err := validVisibility("extend", d); err != nil {
+		return err
+	}
+	return opErr(q.drv.Extend(ctx, receipt, d), "extend receipt %q", receipt)
+}
+
+// Purge deletes every message, due or in flight.
+func (q *Queue) Purge(ctx context.Context) error {
+	return opErr(q.drv.Purge(ctx), "purge")
+}
+
+// Origin is where a dead letter came from, as recorded when it was moved.
+type Origin = driver.Origin
+
+// OriginCount is how many dead letters of a queue came from one origin.
+type OriginCount = driver.OriginCount
+
+// Stats are a queue's counts at one moment.
+type Stats = driver.Stats
+
+// PeekedMessage is a message as stored, seen without claiming it.
+type PeekedMessage struct {
+	ID         int64
+	Attempt    int // deliveries so far; 0 before the first
+	EnqueuedAt time.Time
+	// VisibleAt is when the message is (or was) due: at or before now it is
+	// due; later it is in flight (Attempt > 0: its lease ends then) or
+	// delayed (Attempt 0).
+	VisibleAt time.Time
+	Payload   Payload
+	// Delivered reports that the message has a receipt (was received at
+	// least once).
+	Delivered bool
+	// Origin is where a dead letter came from; nil for other messages.
+	Origin *Origin
+	// Moving reports that the message is being moved to another store (to
+	// its dead-letter queue, or redriven); it is hidden meanwhile.
+	Moving bool
+}
+
+// Peek returns up to limit (1..MaxPeekLimit) messages in delivery order,
+// due or not, without claiming them: attempt counts, leases and receipts
+// stay as they are. It works on a handle opened WithReadOnly.
+func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
+	if limit < 1 || limit > MaxPeekLimit {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput, "limit: must be between 1 and %d, got %d", MaxPeekLimit, limit)
+	}
+	dms, err := q.drv.Peek(ctx, limit)
+	if err != nil {
+		return nil, opErr(err, "peek")
+	}
+	var out []PeekedMessage
+	for _, m := range dms {
+		out = append(out, PeekedMessage{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt, VisibleAt: m.VisibleAt,
+			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving})
+	}
+	return out, nil
+}
+
+// Stats counts the queue's messages in one read, without claiming any.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s, err := q.drv.Stats(ctx)
+	if err != nil {
+		return Stats{}, opErr(err, "stats")
+	}
+	return s, nil
+}
+
+// RedriveOption changes one Redrive.
+type RedriveOption func(*redriveOptions)
+
+type redriveOptions struct {
+	to  string
+	max int // -1: all
+}
+
+// RedriveTo sends every redriven message to the queue at loc (a store
+// directory or "memory:NAME") instead of its origin. Messages without a
+// recorded origin (sent to the dead-letter queue directly) are redriven
+// only with RedriveTo.
+func RedriveTo(loc string) RedriveOption { return func(o *redriveOptions) { o.to = loc } }
+
+// RedriveMax redrives at most n (>= 1) messages. Defaults to all.
+func RedriveMax(n int) RedriveOption { return func(o *redriveOptions) { o.max = n } }
+
+// RedriveResult counts what a Redrive did.
+type RedriveResult = driver.RedriveResult
+
+// Redrive moves the due messages of this queue - a dead-letter queue - back
+// to the queue each came from (its origin, as recorded when it was moved
+// here) or to the RedriveTo queue, in delivery order. A redriven message
+// starts afresh there: attempt 0, due at once, enqueued now. Messages in
+// flight (held by a consumer of this queue) stay.
+//
+// On the SQLite engine the move is the two-store move of dead letters: a
+// Redrive cut short by a crash or an error is finished by the next Redrive,
+// Receive or read-write Open of this store, and every message ends up in
+// exactly one of the two queues.
+func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResult, error) {
+	o := redriveOptions{max: -1}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.max == 0 || o.max < -1 {
+		return RedriveResult{}, bindings.Errorf(bindings.CodeInvalidInput, "max: must be at least 1, got %d", o.max)
+	}
+	res, err := q.drv.Redrive(ctx, driver.Redrive{To: o.to, Max: o.max})
+	return res, opErr(err, "redrive")
+}
+
+// Notifier is told after every commit that made a message due now (a send,
+// a nack) or scheduled one for later (a send or nack WithDelay: waiters
+// must re-arm their timers on the earliest visible_at). Wake-up hints hang
+// off it; it must not block.
+type Notifier interface {
+	MessageDue()
+}
+
+func init() {
+	hook.QueueDriver = func(q any) any { return q.(*Queue).drv }
+}
