@@ -41,3 +41,30 @@ func TestAppsLinkNoServerSide(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicDocsNameNoInternal checks that the documentation apps read names
+// no internal package and no DB(): the bindings' API is engine-independent.
+func TestPublicDocsNameNoInternal(t *testing.T) {
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(goTool); err != nil {
+		if goTool, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go tool to read the documentation with")
+		}
+	}
+	for _, pkg := range []string{"./bindings/kv", "./bindings/queue", "./bindings/kv/driver", "./bindings/queue/driver"} {
+		cmd := exec.Command(goTool, "doc", "-all", pkg)
+		cmd.Dir = ".."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go doc -all %s: %v\n%s", pkg, err, out)
+		}
+		if !strings.Contains(string(out), "type ") {
+			t.Fatalf("go doc -all %s printed no types: the check would pass vacuously", pkg)
+		}
+		for _, bad := range []string{"internal/", "DB()", "sqlstore."} {
+			if strings.Contains(string(out), bad) {
+				t.Errorf("go doc -all %s mentions %q", pkg, bad)
+			}
+		}
+	}
+}

@@ -105,8 +105,8 @@ func WithBindingName(name string) Option { return func(o *options) { o.binding =
 // again when it next comes due; it is moved to the dead-letter queue at dlq,
 // a store directory (made absolute) or "memory:NAME" for an in-memory store
 // (Location of its handle), with its origin recorded there. On the SQLite
-// engine the move survives a crash at any point (see
-// internal/engine/sqlitequeue/deadletter.go). Every handle that
+// engine the move survives a crash at any point (docs/ARCHITECTURE.md
+// describes how). Every handle that
 // receives from the queue must carry the same policy (FromEnv reads it from
 // the binding's JSON); a handle without it delivers past maxAttempts.
 //
