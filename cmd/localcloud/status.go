@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -168,8 +169,8 @@ func offlineHealth(b config.Binding) string {
 		return fmt.Sprintf("cannot stat store directory: %v", err)
 	}
 	var probs []string
-	if perm := di.Mode().Perm(); perm != supervisor.DirMode {
-		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, supervisor.DirMode))
+	if v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+		probs = append(probs, msg)
 	}
 	name := kv.FileName
 	if b.Type == config.TypeQueue {
@@ -181,8 +182,10 @@ func offlineHealth(b config.Binding) string {
 		probs = append(probs, "no database file; localcloud up creates it")
 	case err != nil:
 		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
-	case fi.Mode().Perm() != supervisor.FileMode:
-		probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", fi.Mode().Perm(), supervisor.FileMode))
+	default:
+		if v, msg := sqlstore.FileModeVerdict(filepath.Join(b.Path, name), fi.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+			probs = append(probs, msg)
+		}
 	}
 	if len(probs) == 0 {
 		return supervisor.HealthOK
