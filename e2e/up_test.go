@@ -139,7 +139,7 @@ func readMarker(t *testing.T, typ, dir string) string {
 	var marker string
 	switch typ {
 	case "kv":
-		st, err := kv.Open(ctx, dir, kv.ReadOnly())
+		st, err := kv.Open(ctx, dir, kv.WithReadOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func readMarker(t *testing.T, typ, dir string) string {
 			t.Fatal(err)
 		}
 	default:
-		q, err := queue.Open(ctx, dir, queue.ReadOnly())
+		q, err := queue.Open(ctx, dir, queue.WithReadOnly())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -334,7 +334,7 @@ func TestReadOnly(t *testing.T) {
 	}
 	defer s.Close()
 	s.Put(ctx, "k", []byte("v"))
-	ro, err := kv.Open(ctx, dir, kv.ReadOnly())
+	ro, err := kv.Open(ctx, dir, kv.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := ro.Put(ctx, "k2", []byte("v")); !errors.Is(err, bindings.ErrKVOperationFailed) {
 		t.Fatalf("read-only Put = %v; want KV_OPERATION_FAILED", err)
 	}
-	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.ReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
+	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.WithReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
 		t.Fatalf("read-only open of a missing store = %v", err)
 	}
 }

@@ -50,7 +50,7 @@ func readDLState(t *testing.T, src, dlq string) dlState {
 func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	t.Helper()
 	st := dlState{source: map[int64]string{}, dead: map[int64]string{}}
-	q, err := queue.Open(ctx, src, queue.ReadOnly())
+	q, err := queue.Open(ctx, src, queue.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	if fi, err := os.Stat(filepath.Join(dlq, queue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
 		return st
 	}
-	d, err := queue.Open(ctx, dlq, queue.ReadOnly())
+	d, err := queue.Open(ctx, dlq, queue.WithReadOnly())
 	if err != nil {
 		st.dlqErr = err
 		return st

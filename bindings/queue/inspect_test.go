@@ -31,7 +31,7 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		t.Fatalf("receive: %v %d", err, len(got))
 	}
 
-	ro, err := queue.Open(ctx, dir, queue.ReadOnly(), queue.WithClock(clock))
+	ro, err := queue.Open(ctx, dir, queue.WithReadOnly(), queue.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

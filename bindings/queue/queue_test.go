@@ -434,7 +434,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 
 	_, err := queue.Open(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker, path)
-	_, err = queue.Open(ctx, dir, queue.ReadOnly())
+	_, err = queue.Open(ctx, dir, queue.WithReadOnly())
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)

@@ -204,7 +204,7 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
 			return
 		}
-		s, err := kv.Open(ctx, sb.Path, kv.ReadOnly())
+		s, err := kv.Open(ctx, sb.Path, kv.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return
@@ -224,7 +224,7 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, queue.FileName)) {
 			return
 		}
-		q, err := queue.Open(ctx, sb.Path, queue.ReadOnly())
+		q, err := queue.Open(ctx, sb.Path, queue.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return

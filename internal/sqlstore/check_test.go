@@ -237,7 +237,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	if err := os.Link(dst, filepath.Join(copyDir, kv.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	bs, err := kv.Open(ctx, copyDir, kv.ReadOnly())
+	bs, err := kv.Open(ctx, copyDir, kv.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

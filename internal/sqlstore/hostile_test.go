@@ -326,7 +326,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	if c.kv {
 		var opts []kv.Option
 		if readOnly {
-			opts = append(opts, kv.ReadOnly())
+			opts = append(opts, kv.WithReadOnly())
 		}
 		s, err := kv.Open(ctx, dir, opts...)
 		if err == nil {
@@ -336,7 +336,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	}
 	var opts []queue.Option
 	if readOnly {
-		opts = append(opts, queue.ReadOnly())
+		opts = append(opts, queue.WithReadOnly())
 	}
 	q, err := queue.Open(ctx, dir, opts...)
 	if err == nil {
