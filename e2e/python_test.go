@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -19,6 +20,36 @@ const pythonPoll = 30 * time.Second
 
 // handledLine is a line of examples/python/worker.py for one message.
 var handledLine = regexp.MustCompile(`^handled id=(\d+) attempt=(\d+) woke=(\S+) payload=(.*)$`)
+
+// pyStatement is one STMT_ constant of lcqueue.py, a plain or triple-quoted
+// string.
+var pyStatement = regexp.MustCompile(`(?ms)^(STMT_\w+) = (?:"""(.*?)"""|"([^"\n]*)")$`)
+
+// TestPythonExampleUsesTheDocumentedStatements: the Python example is
+// written from docs/FORMAT.md, so each statement it runs is quoted there
+// byte for byte (STMT_DUE_UNSPENT is the documented select plus the
+// attempt filter FORMAT.md describes). Needs no python3.
+func TestPythonExampleUsesTheDocumentedStatements(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "FORMAT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join("..", "examples", "python", "lcqueue.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := pyStatement.FindAllStringSubmatch(string(src), -1)
+	for _, m := range found {
+		stmt := m[2] + m[3]
+		if !strings.Contains(string(doc), stmt) {
+			t.Errorf("lcqueue.py %s is not quoted in docs/FORMAT.md:\n%s", m[1], stmt)
+		}
+	}
+	if len(found) < 7 {
+		t.Errorf("found %d STMT_ constants in lcqueue.py, want the 7 of send, any, due, claim, ack, nack, exists", len(found))
+	}
+}
 
 // TestPythonExampleAgainstUp runs examples/python, written from
 // docs/FORMAT.md with Python's standard library only, against up: two
