@@ -235,6 +235,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		if b.Type == config.TypeQueue {
 			rb.Subject = config.Subject(s.stack.Name, b.Name)
 			rb.VisibilityTimeout = b.VisibilityTimeout.String()
+			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
 			rb.DeadLetter = b.DeadLetter
 		}
