@@ -66,7 +66,13 @@ const MaxAttemptsLimit = 1000
 const MemoryPrefix = "memory:"
 
 // MovesDDL is localcloud's own DDL for moves between stores, part of the
-// format's Extra: a spec-exact reader ignores these tables.
+// format's Extra: a spec-exact reader ignores these tables. lc_arrivals
+// holds the arrival records, keyed by the move's token. lc_dead_letters and
+// lc_redriven are the arrival records of older localcloud versions, keyed
+// by (origin location, origin id), which repeats once a store is restored
+// from an older backup or created again; they are kept (empty) so such
+// stores verify, and a read-write open moves their rows into lc_arrivals
+// (migrateArrivals).
 const MovesDDL = `CREATE TABLE IF NOT EXISTS lc_moves (
 message_id INTEGER PRIMARY KEY, -- messages.id of the message being moved out
 token TEXT NOT NULL, -- receipt_handle UUID set when the move began
@@ -77,6 +83,20 @@ attempts INTEGER NOT NULL, -- deliveries before the move
 last_receipt TEXT, -- receipt handle of the last delivery, NULL if none
 started_at INTEGER NOT NULL -- unix epoch MILLISECONDS
 );
+CREATE TABLE IF NOT EXISTS lc_arrivals (
+move_token TEXT NOT NULL UNIQUE, -- lc_moves.token of the move in the source: unique to that one move
+kind TEXT NOT NULL, -- 'dead-letter' | 'redrive'
+origin_store TEXT NOT NULL, -- location of the store the message came from
+origin_id INTEGER NOT NULL, -- its messages.id there (not a key: ids repeat after a restore)
+origin_binding TEXT NOT NULL, -- its binding name, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries there
+last_receipt TEXT, -- receipt handle of the last delivery there
+origin_enqueued_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+arrived_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+message_id INTEGER -- messages.id here
+);
+CREATE INDEX IF NOT EXISTS lc_arrivals_message ON lc_arrivals (message_id);
+CREATE INDEX IF NOT EXISTS lc_arrivals_legacy ON lc_arrivals (origin_store, origin_id) WHERE move_token LIKE 'legacy:%';
 CREATE TABLE IF NOT EXISTS lc_dead_letters (
 origin_store TEXT NOT NULL, -- location of the queue the message died in
 origin_id INTEGER NOT NULL, -- its messages.id there
@@ -178,27 +198,70 @@ const (
 	// An intent that exists already (a spec-exact reader delivered the
 	// hidden message after moveHide and it came due again) keeps its
 	// destination: its step 2 may have run.
+	// It keeps its token too: the token names the move in the destination's
+	// arrival record.
 	stmtIntent = `INSERT INTO lc_moves (message_id, token, dest, kind, binding, attempts, last_receipt, started_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-ON CONFLICT (message_id) DO UPDATE SET token = excluded.token
-RETURNING dest, kind, binding, attempts, last_receipt, started_at`
-	stmtPendingMoves = `SELECT mv.message_id, mv.dest, mv.kind, mv.binding, mv.attempts, mv.last_receipt, mv.started_at,
+ON CONFLICT (message_id) DO UPDATE SET token = lc_moves.token
+RETURNING token, dest, kind, binding, attempts, last_receipt, started_at`
+	stmtPendingMoves = `SELECT mv.message_id, mv.token, mv.dest, mv.kind, mv.binding, mv.attempts, mv.last_receipt, mv.started_at,
 m.payload_type, m.payload_data, m.enqueued_at
 FROM lc_moves mv LEFT JOIN messages m ON m.id = mv.message_id
 WHERE mv.started_at <= ?1 ORDER BY mv.message_id LIMIT ?2`
 	stmtStaleMove    = `SELECT 1 FROM lc_moves WHERE started_at <= ?1 LIMIT 1`
 	stmtDeleteMoved  = `DELETE FROM messages WHERE id = ?1`
 	stmtDeleteIntent = `DELETE FROM lc_moves WHERE message_id = ?1`
-	stmtDeadRecord   = `INSERT OR IGNORE INTO lc_dead_letters (origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, moved_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
-	stmtDeadRecordID    = `UPDATE lc_dead_letters SET dlq_message_id = ?3 WHERE origin_store = ?1 AND origin_id = ?2`
-	stmtRedriveRecord   = `INSERT OR IGNORE INTO lc_redriven (dlq_store, dlq_id, redriven_at) VALUES (?1, ?2, ?3)`
-	stmtRedriveRecordID = `UPDATE lc_redriven SET message_id = ?3 WHERE dlq_store = ?1 AND dlq_id = ?2`
+	// The arrival record of one move, by its token: added once, whatever
+	// the message id.
+	stmtArrival = `INSERT INTO lc_arrivals (move_token, kind, origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, arrived_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (move_token) DO NOTHING`
+	stmtArrivalID = `UPDATE lc_arrivals SET message_id = ?2 WHERE move_token = ?1`
+	// A record an older localcloud wrote (migrated from lc_dead_letters or
+	// lc_redriven, so it has no token) for the same origin message that
+	// arrived after this move began: the arrival of this very move, begun
+	// before the upgrade. An earlier move of the same id arrived before
+	// this one began.
+	stmtLegacyArrival = `UPDATE lc_arrivals SET move_token = ?1
+WHERE rowid = (SELECT rowid FROM lc_arrivals WHERE move_token LIKE 'legacy:%' AND origin_store = ?2 AND origin_id = ?3
+AND kind = ?4 AND arrived_at >= ?5 ORDER BY arrived_at LIMIT 1)`
 )
+
+// Migration of the arrival records of older localcloud versions, one
+// transaction at a read-write open. Their rows get a token of their own
+// ("legacy:" and random hex) that no move has.
+const (
+	stmtHasLegacyArrivals = `SELECT (SELECT COUNT(*) FROM lc_dead_letters) + (SELECT COUNT(*) FROM lc_redriven)`
+	stmtMigrateDead       = `INSERT INTO lc_arrivals (move_token, kind, origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, arrived_at, message_id)
+SELECT 'legacy:' || lower(hex(randomblob(16))), 'dead-letter', origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, moved_at, dlq_message_id
+FROM lc_dead_letters`
+	stmtMigrateRedriven = `INSERT INTO lc_arrivals (move_token, kind, origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, arrived_at, message_id)
+SELECT 'legacy:' || lower(hex(randomblob(16))), 'redrive', dlq_store, dlq_id, '', 0, NULL, 0, redriven_at, message_id
+FROM lc_redriven`
+	stmtClearDead     = `DELETE FROM lc_dead_letters`
+	stmtClearRedriven = `DELETE FROM lc_redriven`
+)
+
+// migrateArrivals moves the arrival records of older localcloud versions
+// into lc_arrivals, in one transaction.
+func (q *Queue) migrateArrivals(ctx context.Context) error {
+	var n int64
+	if err := q.db.R.QueryRowContext(ctx, stmtHasLegacyArrivals).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	return q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		for _, st := range []string{stmtMigrateDead, stmtMigrateRedriven, stmtClearDead, stmtClearRedriven} {
+			if _, err := tx.Exec(ctx, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
 
 // move is one message on its way from this store to dest.
 type move struct {
 	id          int64
+	token       string // unique to this one move: names it in the arrival record
 	dest        string
 	kind        string
 	binding     string
@@ -219,7 +282,7 @@ func (q *Queue) beginMove(ctx context.Context, tx *sqlstore.Tx, now time.Time, m
 	}
 	mv.present = true
 	return tx.QueryRow(ctx, stmtIntent, mv.id, token, mv.dest, mv.kind, mv.binding, mv.attempts, mv.lastReceipt, now.UnixMilli()).
-		Scan(&mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt)
+		Scan(&mv.token, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt)
 }
 
 // deadLetterIfSpent starts the move of message id to the dead-letter queue
@@ -322,22 +385,25 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 	return opErr(err, "remove %d moved messages from %s", len(moves), q.Location())
 }
 
-// arrive is step 2 for one message: the arrival record, and the message
-// only if the record is new. It reports whether the message was added.
+// arrive is step 2 for one message: the arrival record of this move (by
+// its token), and the message only if the record is new. It reports
+// whether the message was added. Either way, once the transaction commits
+// the destination holds the record of this move: its arrival is confirmed.
 func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int64) (bool, error) {
-	var res sql.Result
-	var err error
-	var setID string
-	switch mv.kind {
-	case kindDeadLetter:
-		res, err = tx.Exec(ctx, stmtDeadRecord, from, mv.id, mv.binding, mv.attempts, mv.lastReceipt, mv.enqueuedAt, now)
-		setID = stmtDeadRecordID
-	case kindRedrive:
-		res, err = tx.Exec(ctx, stmtRedriveRecord, from, mv.id, now)
-		setID = stmtRedriveRecordID
-	default:
+	if mv.kind != kindDeadLetter && mv.kind != kindRedrive {
 		return false, fmt.Errorf("move of message %d: unknown kind %q", mv.id, mv.kind)
 	}
+	if mv.token == "" {
+		return false, fmt.Errorf("move of message %d: no token", mv.id)
+	}
+	res, err := tx.Exec(ctx, stmtLegacyArrival, mv.token, from, mv.id, mv.kind, mv.startedAt)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return false, err // arrived under an older localcloud, before step 3
+	}
+	res, err = tx.Exec(ctx, stmtArrival, mv.token, mv.kind, from, mv.id, mv.binding, mv.attempts, mv.lastReceipt, mv.enqueuedAt, now)
 	if err != nil {
 		return false, err
 	}
@@ -352,7 +418,7 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 	if err != nil {
 		return false, err
 	}
-	_, err = tx.Exec(ctx, setID, from, mv.id, id)
+	_, err = tx.Exec(ctx, stmtArrivalID, mv.token, id)
 	return err == nil, err
 }
 
@@ -416,7 +482,7 @@ func (q *Queue) pendingMoves(ctx context.Context, startedBefore int64) ([]move, 
 		var mv move
 		var typ, data sql.NullString
 		var enq sql.NullInt64
-		if err := rows.Scan(&mv.id, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt,
+		if err := rows.Scan(&mv.id, &mv.token, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt,
 			&typ, &data, &enq); err != nil {
 			return nil, err
 		}

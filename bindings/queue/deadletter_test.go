@@ -24,7 +24,7 @@ import (
 type dlState struct {
 	source  map[int64]string // id -> "type\tdata"
 	dead    map[int64]string // origin id -> payload of its DLQ message
-	records int              // lc_dead_letters rows whose message is still in the DLQ
+	records int              // lc_arrivals (dead-letter) rows whose message is still in the DLQ
 	dlqMsgs int              // every message of the DLQ
 	intents int              // lc_moves rows left in the source
 	// dlqErr is why the DLQ could not be read read-only (readDLStateBefore):
@@ -71,7 +71,7 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	}
 	defer d.Close()
 	scanPayloads(t, d.DB().R, `SELECT r.origin_id, m.payload_type, m.payload_data
-FROM lc_dead_letters r JOIN messages m ON m.id = r.dlq_message_id`, func(id int64, p string) {
+FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-letter'`, func(id int64, p string) {
 		if _, dup := st.dead[id]; dup {
 			t.Errorf("origin id %d has two dead letters", id)
 		}

@@ -181,6 +181,14 @@ func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 		}
 		q.dead = o.dead
 	}
+	if !q.readOnly {
+		// Before any move: the legacy records confirm moves begun under
+		// an older localcloud (arrive).
+		if err := q.migrateArrivals(ctx); err != nil {
+			_ = q.Close()
+			return nil, opErr(err, "open queue store %q: move the arrival records of an older localcloud into lc_arrivals", q.Path())
+		}
+	}
 	if !q.readOnly && !q.internal {
 		q.recoverAtOpen(ctx)
 	}

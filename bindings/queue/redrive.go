@@ -33,7 +33,7 @@ type RedriveResult struct {
 }
 
 const stmtRedriveSelect = `SELECT m.id, m.enqueued_at, m.attempt, m.payload_type, m.payload_data, m.receipt_handle, d.origin_store
-FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id
+FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter'
 WHERE m.visible_at <= ?1 AND (m.enqueued_at > ?2 OR (m.enqueued_at = ?2 AND m.id > ?3))
 ORDER BY m.enqueued_at, m.id LIMIT ?4`
 

@@ -1,0 +1,92 @@
+package queue_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+)
+
+// TestLegacyArrivalRecordsMigrate: a dead-letter queue written by an older
+// localcloud keeps its records in lc_dead_letters, keyed by (origin, id).
+// A read-write open moves them into lc_arrivals in one transaction; a move
+// the older version began and whose step 2 ran (its record is in the DLQ,
+// the intent still in the source) is finished without a second copy; and a
+// message that later gets the same id (the source restored) still arrives.
+func TestLegacyArrivalRecordsMigrate(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	src, dlq := filepath.Join(base, "orders"), filepath.Join(base, "orders-dlq")
+	now := time.Now().UnixMilli()
+	// Both stores exist with localcloud's tables.
+	openFile(t, src).Close()
+	openFile(t, dlq).Close()
+	srcDB := rawDB(t, filepath.Join(src, queue.FileName))
+	dlqDB := rawDB(t, filepath.Join(dlq, queue.FileName))
+	// The source: message 7 hidden mid-move (step 1 by the older version).
+	execAll(t, srcDB,
+		`INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', 6)`,
+		fmt.Sprintf(`INSERT INTO messages (id, payload_type, payload_data, enqueued_at, visible_at, attempt, receipt_handle)
+VALUES (7, 'text', 'moved-once', %d, %d, 1, '11111111-1111-4111-8111-111111111111')`, now-5000, now+3600000),
+		fmt.Sprintf(`INSERT INTO lc_moves (message_id, token, dest, kind, binding, attempts, last_receipt, started_at)
+VALUES (7, '11111111-1111-4111-8111-111111111111', '%s', 'dead-letter', 'orders', 1, NULL, %d)`, dlq, now-2000))
+	// The DLQ: step 2 of that move ran (record and copy), and an earlier
+	// message 7 of the same source died long before (a restore rewound the
+	// source's ids since).
+	execAll(t, dlqDB,
+		`INSERT INTO messages (id, payload_type, payload_data, enqueued_at, visible_at, attempt) VALUES (1, 'text', 'moved-once', 0, 0, 0)`,
+		fmt.Sprintf(`INSERT INTO lc_dead_letters (origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, moved_at, dlq_message_id)
+VALUES ('%s', 7, 'orders', 1, NULL, %d, %d, 1)`, src, now-5000, now-1000),
+		fmt.Sprintf(`INSERT INTO lc_redriven (dlq_store, dlq_id, message_id, redriven_at) VALUES ('%s', 3, 9, %d)`, base, now-9000))
+	closeDB(t, srcDB)
+	closeDB(t, dlqDB)
+
+	// The source opens with the policy: recovery finishes the move.
+	openFile(t, src, queue.WithDeadLetter(1, dlq)).Close()
+	st := readDLState(t, src, dlq)
+	if len(st.source) != 0 || st.dlqMsgs != 1 || st.intents != 0 {
+		t.Fatalf("after recovery: %d in the source, %d in the DLQ, %d intents; want 0, 1, 0", len(st.source), st.dlqMsgs, st.intents)
+	}
+	dlqDB = rawDB(t, filepath.Join(dlq, queue.FileName))
+	var legacy, arrivals, tokened int
+	if err := dlqDB.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM lc_dead_letters) + (SELECT COUNT(*) FROM lc_redriven),
+(SELECT COUNT(*) FROM lc_arrivals), (SELECT COUNT(*) FROM lc_arrivals WHERE move_token = '11111111-1111-4111-8111-111111111111')`).
+		Scan(&legacy, &arrivals, &tokened); err != nil {
+		t.Fatal(err)
+	}
+	closeDB(t, dlqDB)
+	if legacy != 0 || arrivals != 2 || tokened != 1 {
+		t.Fatalf("after the migration: %d legacy rows, %d arrival records, %d with the move's token; want 0, 2, 1", legacy, arrivals, tokened)
+	}
+
+	// The source starts over at id 7 (as after a restore): the next
+	// message 7 that dies arrives, though a record of origin id 7 exists.
+	srcDB = rawDB(t, filepath.Join(src, queue.FileName))
+	execAll(t, srcDB, `UPDATE sqlite_sequence SET seq = 6 WHERE name = 'messages'`)
+	closeDB(t, srcDB)
+	q := openFile(t, src, queue.WithDeadLetter(1, dlq))
+	if err := q.Send(ctx, queue.Text("second seven")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(time.Millisecond))
+	if err != nil || len(msgs) != 1 || msgs[0].ID != 7 {
+		t.Fatalf("receive = %+v, %v; want message 7", msgs, err)
+	}
+	time.Sleep(5 * time.Millisecond) // the 1 ms lease ends
+	if msgs, err := q.Receive(ctx, 1); err != nil || len(msgs) != 0 {
+		t.Fatalf("receive past maxAttempts = %+v, %v; want none", msgs, err)
+	}
+	q.Close()
+	// Two dead letters of origin id 7 now: readDLState would call that a
+	// duplicate, so the counts are read directly.
+	for dir, want := range map[string]int64{src: 0, dlq: 2} {
+		h := openFile(t, dir, queue.ReadOnly())
+		s, err := h.Stats(ctx)
+		h.Close()
+		if err != nil || s.Total != want {
+			t.Fatalf("%s: %d messages (%v); want %d", dir, s.Total, err, want)
+		}
+	}
+}
