@@ -2,10 +2,13 @@ package queue_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
 )
 
@@ -88,5 +91,39 @@ VALUES ('%s', 7, 'orders', 1, NULL, %d, %d, 1)`, src, now-5000, now-1000),
 		if err != nil || s.Total != want {
 			t.Fatalf("%s: %d messages (%v); want %d", dir, s.Total, err, want)
 		}
+	}
+}
+
+// TestDeadLetterAliasOfItselfRefused: a dead-letter path that is a symlink
+// to the queue's own directory (or reaches it through a symlinked parent)
+// is the queue itself: Open refuses it, naming both paths, instead of
+// moving messages into themselves forever with their attempts reset.
+func TestDeadLetterAliasOfItselfRefused(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	q := filepath.Join(base, "q")
+	openFile(t, q).Close()
+	alias := filepath.Join(base, "alias")
+	if err := os.Symlink(q, alias); err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(base, "via")
+	if err := os.Symlink(base, parent); err != nil {
+		t.Fatal(err)
+	}
+	for _, dlq := range []string{alias, filepath.Join(parent, "q"), filepath.Join(parent, "alias")} {
+		h, err := queue.Open(ctx, q, queue.WithDeadLetter(2, dlq))
+		if err == nil {
+			h.Close()
+			t.Fatalf("Open with dead-letter queue %s (the queue itself) succeeded", dlq)
+		}
+		if bindings.CodeOf(err) != bindings.CodeInvalidInput || !strings.Contains(err.Error(), dlq) || !strings.Contains(err.Error(), q) {
+			t.Errorf("Open with dead-letter queue %s: %v; want INVALID_INPUT naming both paths", dlq, err)
+		}
+	}
+	// A redrive into itself through the alias is refused too.
+	h := openFile(t, q)
+	if _, err := h.Redrive(ctx, queue.RedriveTo(alias)); bindings.CodeOf(err) != bindings.CodeInvalidInput {
+		t.Errorf("Redrive to an alias of itself: %v; want INVALID_INPUT", err)
 	}
 }

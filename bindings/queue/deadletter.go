@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -167,6 +168,35 @@ func normLocation(loc string) (string, error) {
 		return "", bindings.Wrap(bindings.CodeLocalFilesystemError, err, "resolve store directory %q", loc)
 	}
 	return abs, nil
+}
+
+// sameStore reports whether the locations a and b (normalised) are one
+// store, and how: the same path, the same directory once symlinks are
+// resolved, or the same directory or database file by identity
+// (os.SameFile: a bind mount, a hard link).
+func sameStore(a, b string) (bool, string) {
+	if a == b {
+		return true, "is"
+	}
+	if strings.HasPrefix(a, MemoryPrefix) || strings.HasPrefix(b, MemoryPrefix) {
+		return false, ""
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	if errA == nil && errB == nil && ra == rb {
+		return true, "resolves (through symlinks) to"
+	}
+	for _, name := range []string{"", FileName} {
+		fa, errA := os.Stat(filepath.Join(a, name))
+		fb, errB := os.Stat(filepath.Join(b, name))
+		if errA == nil && errB == nil && os.SameFile(fa, fb) {
+			if name == "" {
+				return true, "is the same directory as"
+			}
+			return true, "holds the same database file as"
+		}
+	}
+	return false, ""
 }
 
 // openLocation opens the store at loc: a directory or "memory:NAME".
@@ -429,8 +459,8 @@ var errQueueClosed = errors.New("queue handle closed")
 // it on first use. It commits with synchronous=FULL (see the top of the
 // file) and lives until q is closed.
 func (q *Queue) destination(ctx context.Context, loc string) (*Queue, error) {
-	if loc == q.Location() {
-		return nil, bindings.Errorf(bindings.CodeQueueOperationFailed, "move to %s: that is this queue's own store", loc)
+	if same, how := sameStore(loc, q.Location()); same {
+		return nil, bindings.Errorf(bindings.CodeQueueOperationFailed, "move to %s: it %s this queue's own store %s", loc, how, q.Location())
 	}
 	q.destMu.Lock()
 	defer q.destMu.Unlock()

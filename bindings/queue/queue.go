@@ -174,10 +174,10 @@ func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 	q := &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path),
 		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
 	if o.dead.set {
-		if o.dead.dlq == q.Location() {
+		if same, how := sameStore(o.dead.dlq, q.Location()); same {
 			_ = q.Close()
 			return nil, bindings.Errorf(bindings.CodeInvalidInput,
-				"dead-letter queue: must be another store than the queue itself (%s)", o.dead.dlq)
+				"dead-letter queue: must be another store than the queue itself, got %s, which %s %s", o.dead.dlq, how, q.Location())
 		}
 		q.dead = o.dead
 	}

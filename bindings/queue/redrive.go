@@ -62,8 +62,8 @@ func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResu
 		if err != nil {
 			return res, err
 		}
-		if loc == q.Location() {
-			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself (%s)", loc)
+		if same, how := sameStore(loc, q.Location()); same {
+			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself, got %s, which %s %s", loc, how, q.Location())
 		}
 		o.to = loc
 	}
