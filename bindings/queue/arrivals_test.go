@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -125,5 +126,65 @@ func TestDeadLetterAliasOfItselfRefused(t *testing.T) {
 	h := openFile(t, q)
 	if _, err := h.Redrive(ctx, queue.RedriveTo(alias)); bindings.CodeOf(err) != bindings.CodeInvalidInput {
 		t.Errorf("Redrive to an alias of itself: %v; want INVALID_INPUT", err)
+	}
+}
+
+// TestCraftedMovesLeftInPlace: a store file with intents toward places the
+// handle does not name (a directory elsewhere, an in-memory queue, a
+// redrive nobody runs) must not steer a write: no store is created there,
+// no message goes to memory, and every message stays in the source with
+// its intent, reported by References and logged.
+func TestCraftedMovesLeftInPlace(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	src, dlq, elsewhere := filepath.Join(base, "orders"), filepath.Join(base, "orders-dlq"), filepath.Join(base, "any", "dir")
+	want := spendAll(t, src, 3)
+	srcDB := rawDB(t, filepath.Join(src, queue.FileName))
+	now := time.Now().UnixMilli()
+	for i, dest := range []struct{ kind, loc string }{{"dead-letter", elsewhere}, {"dead-letter", "memory:void"}, {"redrive", elsewhere}} {
+		execAll(t, srcDB,
+			fmt.Sprintf(`UPDATE messages SET visible_at = %d WHERE id = %d`, now+3600000, i+1),
+			fmt.Sprintf(`INSERT INTO lc_moves (message_id, token, dest, kind, binding, attempts, last_receipt, started_at)
+VALUES (%d, 'crafted-%d', '%s', '%s', '', 1, NULL, %d)`, i+1, i, dest.loc, dest.kind, now-60000))
+	}
+	closeDB(t, srcDB)
+	var log hwLog
+	q := openFile(t, src, queue.WithDeadLetter(1, dlq), queue.WithLogger(log.logger()))
+	if msgs, err := q.Receive(ctx, 10); err != nil || len(msgs) != 0 {
+		t.Fatalf("Receive = %d messages, %v; want none (all hidden mid-move)", len(msgs), err)
+	}
+	if _, err := q.Redrive(ctx); err != nil {
+		t.Fatalf("Redrive: %v", err)
+	}
+	refs, err := q.References(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	for _, dir := range []string{elsewhere, dlq} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exists (%v): a crafted intent steered a write", dir, err)
+		}
+	}
+	st := readDLState(t, src, "/nonexistent")
+	if st.intents != 3 || len(st.source) != 3 {
+		t.Fatalf("%d intents, %d messages in the source; want 3, 3 (left in place)", st.intents, len(st.source))
+	}
+	for id, p := range want {
+		if st.source[id] != p {
+			t.Errorf("message %d = %.40q; want %.40q", id, st.source[id], p)
+		}
+	}
+	if !strings.Contains(log.String(), "left in place") || !strings.Contains(log.String(), "any/dir") {
+		t.Errorf("no warning naming the destination; log:\n%s", log.String())
+	}
+	got := map[string]int64{}
+	for _, r := range refs {
+		got[r.Table+" "+r.Kind+" "+r.Location] += r.Count
+	}
+	for _, k := range []string{"lc_moves dead-letter " + elsewhere, "lc_moves dead-letter memory:void", "lc_moves redrive " + elsewhere} {
+		if got[k] != 1 {
+			t.Errorf("References lack %q: %v", k, refs)
+		}
 	}
 }

@@ -49,6 +49,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -235,9 +236,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 ON CONFLICT (message_id) DO UPDATE SET token = lc_moves.token
 RETURNING token, dest, kind, binding, attempts, last_receipt, started_at`
 	stmtPendingMoves = `SELECT mv.message_id, mv.token, mv.dest, mv.kind, mv.binding, mv.attempts, mv.last_receipt, mv.started_at,
-m.payload_type, m.payload_data, m.enqueued_at
+m.payload_type, m.payload_data, m.enqueued_at, a.origin_store
 FROM lc_moves mv LEFT JOIN messages m ON m.id = mv.message_id
-WHERE mv.started_at <= ?1 ORDER BY mv.message_id LIMIT ?2`
+LEFT JOIN lc_arrivals a ON a.message_id = mv.message_id AND a.kind = 'dead-letter'
+WHERE mv.started_at <= ?1 AND mv.message_id > ?2 ORDER BY mv.message_id LIMIT ?3`
 	stmtStaleMove    = `SELECT 1 FROM lc_moves WHERE started_at <= ?1 LIMIT 1`
 	stmtDeleteMoved  = `DELETE FROM messages WHERE id = ?1`
 	stmtDeleteIntent = `DELETE FROM lc_moves WHERE message_id = ?1`
@@ -301,6 +303,78 @@ type move struct {
 	present     bool // the message row exists (read with the intent)
 	typ, data   string
 	enqueuedAt  int64
+	// origin is where the message came from as recorded in this store's
+	// arrival records, "" if nowhere: the target of a redrive to origins.
+	origin string
+	stuck  string // why mayFinish refused it
+}
+
+// scope is what a caller may finish moves toward besides the handle's own
+// rules (mayFinish): the target of a running Redrive.
+type scope struct {
+	redriveTo string // RedriveTo's location
+	origins   bool   // a Redrive without RedriveTo: toward each message's recorded origin
+}
+
+// mayFinish returns "" if this handle may finish mv (steps 2 and 3), else
+// why not. The destination of an intent is read from the store file, which
+// a restore may have brought from anywhere, so it is trusted only when the
+// handle names it itself: a dead letter goes only to the dead-letter queue
+// of the handle's current policy, a redrive only to the running Redrive's
+// target (or the message's recorded origin, see originOK) or a location of
+// WithMoveTargets. A store in a file never moves into memory: whatever
+// memory store a recorded location named is gone with its process.
+func (q *Queue) mayFinish(mv move, sc scope) string {
+	if strings.HasPrefix(mv.dest, MemoryPrefix) && q.db.Dir != "" {
+		return "a queue stored in a file never moves a message into memory"
+	}
+	switch mv.kind {
+	case kindDeadLetter:
+		switch {
+		case !q.dead.set:
+			return "this handle has no dead-letter policy"
+		case mv.dest != q.dead.dlq:
+			return "the dead-letter policy names " + q.dead.dlq
+		}
+		return ""
+	case kindRedrive:
+		switch {
+		case sc.redriveTo != "" && mv.dest == sc.redriveTo:
+			return ""
+		case slices.Contains(q.targets, mv.dest):
+			return ""
+		case sc.origins && mv.dest == mv.origin:
+			return q.originOK(mv.origin)
+		}
+		return "no redrive toward it is running"
+	}
+	return fmt.Sprintf("unknown kind of move %q", mv.kind)
+}
+
+// originOK returns "" if a redrive to origins may move a message to the
+// recorded origin loc, else why not. With WithMoveTargets only those
+// locations qualify; without, any queue store that exists (a recorded
+// origin never makes a move create a store). A file store's messages never
+// go to memory.
+func (q *Queue) originOK(loc string) string {
+	switch {
+	case loc == "":
+		return "no recorded origin"
+	case strings.HasPrefix(loc, MemoryPrefix):
+		if q.db.Dir != "" {
+			return "a queue stored in a file never moves a message into memory"
+		}
+		return ""
+	case len(q.targets) > 0:
+		if !slices.Contains(q.targets, loc) {
+			return "the recorded origin is none of the handle's move targets"
+		}
+		return ""
+	}
+	if fi, err := os.Stat(filepath.Join(loc, FileName)); err != nil || !fi.Mode().IsRegular() {
+		return "the recorded origin holds no queue store, and a redrive never creates one"
+	}
+	return ""
 }
 
 // beginMove is step 1 for mv (id, dest, kind, binding, attempts,
@@ -344,11 +418,19 @@ func moveCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 }
 
-// transfer runs steps 2 and 3 of moves, grouped by destination.
-func (q *Queue) transfer(ctx context.Context, moves []move) error {
+// transfer runs steps 2 and 3 of moves, grouped by destination. Moves
+// this handle may not finish (mayFinish) are left as they are, hidden in
+// this store with their intents, and returned.
+func (q *Queue) transfer(ctx context.Context, moves []move, sc scope) ([]move, error) {
 	var order []string
+	var stuck []move
 	groups := map[string][]move{}
 	for _, mv := range moves {
+		if why := q.mayFinish(mv, sc); why != "" {
+			mv.stuck = why
+			stuck = append(stuck, mv)
+			continue
+		}
 		if _, ok := groups[mv.dest]; !ok {
 			order = append(order, mv.dest)
 		}
@@ -360,7 +442,19 @@ func (q *Queue) transfer(ctx context.Context, moves []move) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	q.reportStuck(stuck)
+	return stuck, errors.Join(errs...)
+}
+
+// reportStuck logs the moves left in place because this handle may not
+// finish them, when their number changed since the last report.
+func (q *Queue) reportStuck(stuck []move) {
+	if len(stuck) == 0 || q.stuckLogged.Swap(int64(len(stuck))) == int64(len(stuck)) {
+		return
+	}
+	mv := stuck[0]
+	q.hints.log.Warn("queue: unfinished moves toward a destination this handle does not name; left in place, not dropped",
+		logKeyStore, q.Path(), "moves", len(stuck), "message", mv.id, "kind", mv.kind, "destination", mv.dest, "reason", mv.stuck)
 }
 
 func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error {
@@ -497,12 +591,12 @@ func (q *Queue) closeDestinations() error {
 
 // pendingMoves reads up to moveBatch intents started at or before
 // startedBefore (queue clock, unix ms), with their messages.
-func (q *Queue) pendingMoves(ctx context.Context, startedBefore int64) ([]move, error) {
+func (q *Queue) pendingMoves(ctx context.Context, startedBefore, afterID int64) ([]move, error) {
 	st, err := q.db.ReadStmt(ctx, stmtPendingMoves)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.QueryContext(ctx, startedBefore, moveBatch)
+	rows, err := st.QueryContext(ctx, startedBefore, afterID, moveBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -512,10 +606,12 @@ func (q *Queue) pendingMoves(ctx context.Context, startedBefore int64) ([]move, 
 		var mv move
 		var typ, data sql.NullString
 		var enq sql.NullInt64
+		var origin sql.NullString
 		if err := rows.Scan(&mv.id, &mv.token, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt,
-			&typ, &data, &enq); err != nil {
+			&typ, &data, &enq, &origin); err != nil {
 			return nil, err
 		}
+		mv.origin = origin.String
 		mv.present = typ.Valid
 		mv.typ, mv.data, mv.enqueuedAt = typ.String, data.String, enq.Int64
 		out = append(out, mv)
@@ -523,17 +619,24 @@ func (q *Queue) pendingMoves(ctx context.Context, startedBefore int64) ([]move, 
 	return out, rows.Err()
 }
 
-// recoverMoves finishes every intent started at or before startedBefore.
-func (q *Queue) recoverMoves(ctx context.Context, startedBefore int64) error {
+// recoverMoves finishes every intent started at or before startedBefore
+// that this handle may finish (mayFinish with sc); the others stay.
+func (q *Queue) recoverMoves(ctx context.Context, startedBefore int64, sc scope) error {
+	var stuck []move
+	defer func() { q.reportStuck(stuck) }()
+	after := int64(0)
 	for range 1000 { // bounded: intents others keep adding are theirs to finish
-		moves, err := q.pendingMoves(ctx, startedBefore)
+		moves, err := q.pendingMoves(ctx, startedBefore, after)
 		if err != nil {
 			return opErr(err, "read unfinished moves")
 		}
 		if len(moves) == 0 {
 			return nil
 		}
-		if err := q.transfer(ctx, moves); err != nil {
+		after = moves[len(moves)-1].id
+		left, err := q.transfer(ctx, moves, sc)
+		stuck = append(stuck, left...)
+		if err != nil {
 			return err
 		}
 		if len(moves) < moveBatch {
@@ -545,7 +648,7 @@ func (q *Queue) recoverMoves(ctx context.Context, startedBefore int64) error {
 
 // recoverAtOpen finishes every unfinished move of the store.
 func (q *Queue) recoverAtOpen(ctx context.Context) {
-	if err := q.recoverMoves(ctx, math.MaxInt64); err != nil {
+	if err := q.recoverMoves(ctx, math.MaxInt64, scope{}); err != nil {
 		q.hints.log.Warn("queue: cannot finish the moves a previous process left; retrying on receive",
 			logKeyStore, q.Path(), logKeyErr, err)
 	}
@@ -573,7 +676,7 @@ func (q *Queue) maybeRecover(ctx context.Context) {
 	}
 	mctx, cancel := moveCtx(ctx)
 	defer cancel()
-	if err := q.recoverMoves(mctx, before); err != nil {
+	if err := q.recoverMoves(mctx, before, scope{}); err != nil {
 		q.hints.log.Warn("queue: cannot finish an interrupted move; retrying", logKeyStore, q.Path(), logKeyErr, err)
 	}
 }
