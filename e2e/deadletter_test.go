@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"database/sql"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,4 +169,82 @@ func TestRedriveSurvivesRestoredDLQ(t *testing.T) {
 	s.dlCLI(t, "queue", "redrive", "dlq")
 	s.dlWant(t, "dlq", 0)
 	s.dlWant(t, "q", 3)
+}
+
+// craftMoves writes intents into the queue database file at path, as a
+// hostile or careless writer could: message id i+1 is hidden and recorded
+// as being moved to dests[i].
+func craftMoves(t *testing.T, path string, dests ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().UnixMilli()
+	for i, d := range dests {
+		if _, err := db.Exec(`UPDATE messages SET visible_at = ?1 WHERE id = ?2`, now+3600000, i+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`INSERT INTO lc_moves (message_id, token, dest, kind, binding, attempts, last_receipt, started_at)
+VALUES (?1, ?2, ?3, 'dead-letter', 'q', 1, NULL, ?4)`, i+1, fmt.Sprintf("crafted-%d", i), d, now-60000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCraftedMovesRefusedAndReported is issue 11, item 2: a backup whose
+// lc_moves send messages to /any/dir and to memory:void is refused by
+// restore, naming both; the same rows written into the live store make
+// no write anywhere: receive and up leave them in place, and check,
+// status and up's health report them.
+func TestCraftedMovesRefusedAndReported(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, dlStackBindings)
+	s.dlCLI(t, "queue", "send", "q", "one")
+	s.dlCLI(t, "queue", "send", "q", "two")
+	backup := filepath.Join(s.dir, "q.sqlite")
+	s.dlCLI(t, "backup", "q", backup)
+	craftMoves(t, backup, "/any/dir", "memory:void")
+
+	code, out, stderr := runCLI(t, "restore", "q", backup, "-f", s.file)
+	if code != 1 || !strings.Contains(stderr, `"/any/dir"`) || !strings.Contains(stderr, `"memory:void"`) || !strings.Contains(stderr, "nothing was changed") {
+		t.Fatalf("restore of the crafted backup: exit %d\n%s%s; want exit 1 naming /any/dir and memory:void", code, out, stderr)
+	}
+	if total, due := s.dlStats(t, "q"); total != 2 || due != 2 {
+		t.Fatalf("after the refused restore q holds %d messages, %d due; want 2, 2 (unchanged)", total, due)
+	}
+
+	// The same rows in the live store, toward a directory outside dataDir
+	// and toward memory.
+	elsewhere := filepath.Join(s.dir, "elsewhere")
+	_, file := s.storeFile("queue", "q")
+	craftMoves(t, file, elsewhere, "memory:void")
+	if got := s.dlReceive(t, "q", "1s"); len(got) != 0 {
+		t.Fatalf("receive delivered %d messages being moved", len(got))
+	}
+	code, out, stderr = runCLI(t, "check", "-f", s.file)
+	if code != 1 || !strings.Contains(out, "q: move:") || !strings.Contains(out, elsewhere) || !strings.Contains(out, "memory:void") {
+		t.Errorf("check: exit %d\n%s%s; want exit 1 and a move problem naming both destinations", code, out, stderr)
+	}
+	if out := s.dlCLI(t, "status"); !strings.Contains(out, "unfinished dead-letter move(s) toward "+elsewhere) {
+		t.Errorf("status does not report the moves:\n%s", out)
+	}
+	p, _ := s.up(t)
+	if h := s.runtime(t).health("q"); !strings.Contains(h, elsewhere) || !strings.Contains(h, "memory:void") {
+		t.Errorf("up's health of q = %q; want the moves toward %s and memory:void", h, elsewhere)
+	}
+	p.waitLine(0, eventTimeout, "left in place", elsewhere)
+	p.signal(syscall.SIGTERM)
+	if code := p.waitExit(stopLimit); code != 0 {
+		t.Fatalf("up exited %d:\n%s", code, p.stderr())
+	}
+	if _, err := os.Stat(elsewhere); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s exists (%v): a crafted move steered a write", elsewhere, err)
+	}
+	s.dlWant(t, "q", 2) // left in place
+	s.dlWant(t, "dlq", 0)
 }

@@ -152,7 +152,17 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		}
 	}
 	for i := range rep.Bindings {
-		countStore(ctx, &rep.Bindings[i], now)
+		sb := &rep.Bindings[i]
+		countStore(ctx, sb, now)
+		// While up runs, its health reports the moves it left.
+		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && b.Path == sb.Path {
+			if probs := queueMoveProblems(ctx, st, *b); len(probs) > 0 {
+				if sb.Health != supervisor.HealthOK {
+					probs = append([]string{sb.Health}, probs...)
+				}
+				sb.Health = strings.Join(probs, "; ")
+			}
+		}
 	}
 	return rep, nil
 }
