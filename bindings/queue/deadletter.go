@@ -9,17 +9,26 @@ package queue
 // each of which can be run again without effect, and an intent row makes it
 // resumable:
 //
-//  1. Source, in the claim transaction: the message is hidden (visible_at
-//     moveHide ahead; receipt_handle a fresh UUID, so every receipt given
-//     out for it is stale) and an intent is inserted into lc_moves: the
-//     message id, the destination, the kind of move and the origin details.
-//  2. Destination, one transaction: INSERT OR IGNORE of the arrival record,
-//     keyed by (source location, source message id) - lc_dead_letters for a
-//     dead letter, lc_redriven for a redrive - and only if that inserted a
-//     row, the spec's send of the payload byte for byte (attempt 0, due at
-//     once) and the new message id into the record.
-//  3. Source, one transaction: the message is deleted (by id: AUTOINCREMENT
-//     never reuses one) together with its intent.
+//  1. Source, in the claim transaction: an intent is inserted into lc_moves
+//     (the message id, a token - a fresh UUID unique to this one move -, the
+//     destination, the kind of move and the origin details) and the message
+//     is hidden (visible_at moveHide ahead; receipt_handle a fresh UUID, so
+//     every receipt given out for it is stale).
+//  2. Destination, one transaction: the arrival record of this move in
+//     lc_arrivals, keyed by the intent's token (UNIQUE), and only if that
+//     inserted a row, the spec's send of the payload byte for byte (attempt
+//     0, due at once) and the new message id into the record.
+//  3. Source, one transaction, only once step 2 committed (the destination
+//     holds the record of this move): the message is deleted (by id:
+//     AUTOINCREMENT never reuses one within the file) with its intent.
+//
+// The record is keyed by the token, not by (source location, source id):
+// a store restored from an older backup, or deleted and created again,
+// starts its ids over, and a key of reusable ids would make a later move
+// look as if it had arrived already. Stores of older versions keep such
+// records in lc_dead_letters and lc_redriven; a read-write open moves them
+// into lc_arrivals (migrateArrivals), and a move begun before the upgrade
+// finds its own there by origin and time (stmtLegacyArrival).
 //
 // A process killed after step 1 leaves an intent and a hidden message; after
 // step 2 also the copy in the destination and its record. Recovery runs
@@ -31,8 +40,19 @@ package queue
 // keep running), looked for at most once per recoverEvery. An intent whose
 // message is gone (purged meanwhile) is dropped: nothing was moved.
 //
+// The destination of an intent is read from the store file, which may have
+// come from anywhere (a restore, another program), so a handle finishes a
+// move only toward a destination it names itself (mayFinish): a dead letter
+// only toward the dead-letter queue of its current policy, a redrive only
+// toward the running Redrive's target, the message's recorded origin if that
+// is an existing queue store (or one of WithMoveTargets), or a
+// WithMoveTargets location; a store in a file never moves into memory. Any
+// other move stays as it is - the message hidden in the source with its
+// intent, never dropped, no store created - and is logged; References lists
+// such locations for the stack tools (check, status, up, restore).
+//
 // Several processes may finish the same intent at once; the record's
-// primary key makes the copy happen once. No write lock is ever held while
+// unique token makes the copy happen once. No write lock is ever held while
 // another store's is taken, so two stores moving into each other cannot
 // deadlock. The destination handle commits with synchronous=FULL, so even
 // an OS crash cannot undo step 2 after step 3 reached the disk.
@@ -325,6 +345,9 @@ type scope struct {
 // WithMoveTargets. A store in a file never moves into memory: whatever
 // memory store a recorded location named is gone with its process.
 func (q *Queue) mayFinish(mv move, sc scope) string {
+	if !mv.present {
+		return "" // nothing to move: only the intent goes, nothing is written elsewhere
+	}
 	if strings.HasPrefix(mv.dest, MemoryPrefix) && q.db.Dir != "" {
 		return "a queue stored in a file never moves a message into memory"
 	}

@@ -357,7 +357,9 @@ uptime) and per binding its type, health, path and contents: live and
 expired keys of a KV store; due and in-flight messages and the age of the
 oldest message of a queue. The stores are opened read-only. While up runs
 the bindings and their health are the ones up serves; otherwise the stack
-file's.
+file's. A queue's health also names the unfinished moves out of it that
+up leaves in place, since the stack does not name their destination (see
+localcloud check).
 
 Flags:
 `)
