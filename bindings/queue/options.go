@@ -21,6 +21,7 @@ type options struct {
 	binding    string      // the binding name, recorded as the origin of dead letters
 	dead       deadLetterOptions
 	internal   bool // a handle a transfer opened on its destination (deadletter.go)
+	targets    []string
 }
 
 func buildOptions(opts []Option) options {
@@ -95,4 +96,18 @@ func WithBindingName(name string) Option { return func(o *options) { o.binding =
 // the binding's JSON); a handle without it delivers past maxAttempts.
 func WithDeadLetter(maxAttempts int, dlq string) Option {
 	return func(o *options) { o.dead = deadLetterOptions{maxAttempts: maxAttempts, dlq: dlq, set: true} }
+}
+
+// WithMoveTargets names further queues (store directories, made absolute,
+// or "memory:NAME") toward which the handle finishes redrives out of its
+// store that a killed process left unfinished, and the only ones a Redrive
+// without RedriveTo sends recorded origins to. A move out of a store is
+// recorded in the store file, which may have come from anywhere (a
+// restore), so the handle finishes it only toward a location it names
+// itself: a dead letter only toward its WithDeadLetter queue, a redrive
+// only toward the running Redrive's target or one of these. Other moves
+// are left in place (the message stays hidden in this store) and logged.
+// The stack tools pass the queues whose dead-letter queue this one is.
+func WithMoveTargets(locs ...string) Option {
+	return func(o *options) { o.targets = append([]string(nil), locs...) }
 }

@@ -122,6 +122,8 @@ type Queue struct {
 	dests       map[string]*Queue // destinations of moves, by location
 	destClosed  bool
 	nextRecover atomic.Int64 // when maybeRecover looks next (since procStart)
+	stuckLogged atomic.Int64 // moves left in place at the last report (reportStuck)
+	targets     []string     // WithMoveTargets, normalised
 	lastFull    atomic.Bool  // the last claim returned as many as it asked for
 }
 
@@ -167,19 +169,39 @@ func prepareOptions(opts []Option) (options, error) {
 		}
 		o.dead.dlq = loc
 	}
+	for i, t := range o.targets {
+		loc, err := normLocation(t)
+		if err != nil {
+			return o, err
+		}
+		o.targets[i] = loc
+	}
 	return o, nil
 }
 
 func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 	q := &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path),
-		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
+		binding: o.binding, readOnly: o.readOnly, internal: o.internal, targets: o.targets}
 	if o.dead.set {
-		if o.dead.dlq == q.Location() {
+		if same, how := sameStore(o.dead.dlq, q.Location()); same {
 			_ = q.Close()
 			return nil, bindings.Errorf(bindings.CodeInvalidInput,
-				"dead-letter queue: must be another store than the queue itself (%s)", o.dead.dlq)
+				"dead-letter queue: must be another store than the queue itself, got %s, which %s %s", o.dead.dlq, how, q.Location())
+		}
+		if strings.HasPrefix(o.dead.dlq, MemoryPrefix) && q.db.Dir != "" {
+			_ = q.Close()
+			return nil, bindings.Errorf(bindings.CodeInvalidInput,
+				"dead-letter queue: a queue stored in a file needs one stored in a file too, got %s: the moves it records outlive this process, an in-memory queue does not", o.dead.dlq)
 		}
 		q.dead = o.dead
+	}
+	if !q.readOnly {
+		// Before any move: the legacy records confirm moves begun under
+		// an older localcloud (arrive).
+		if err := q.migrateArrivals(ctx); err != nil {
+			_ = q.Close()
+			return nil, opErr(err, "open queue store %q: move the arrival records of an older localcloud into lc_arrivals", q.Path())
+		}
 	}
 	if !q.readOnly && !q.internal {
 		q.recoverAtOpen(ctx)
@@ -313,7 +335,7 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 	if len(moves) > 0 {
 		mctx, cancel := moveCtx(ctx)
 		defer cancel()
-		if err := q.transfer(mctx, moves); err != nil {
+		if _, err := q.transfer(mctx, moves, scope{}); err != nil {
 			q.hints.log.Warn("queue: cannot move dead letters now; retrying later", logKeyStore, q.Path(), logKeyErr, err)
 		}
 		if len(moves) >= maxMovesPerClaim && len(msgs) < max {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"math"
+	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/internal/sqlstore"
@@ -28,12 +29,15 @@ func RedriveMax(n int) RedriveOption { return func(o *redriveOptions) { o.max = 
 
 // RedriveResult counts what a Redrive did.
 type RedriveResult struct {
-	Moved   int // messages now in their origin (or the RedriveTo queue)
-	Skipped int // due messages left here: no recorded origin and no RedriveTo
+	Moved int // messages now in their origin (or the RedriveTo queue)
+	// Skipped counts due messages left here: no recorded origin and no
+	// RedriveTo, or a recorded origin the handle may not move to (one that
+	// is not a queue store, or none of its WithMoveTargets).
+	Skipped int
 }
 
 const stmtRedriveSelect = `SELECT m.id, m.enqueued_at, m.attempt, m.payload_type, m.payload_data, m.receipt_handle, d.origin_store
-FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id
+FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter'
 WHERE m.visible_at <= ?1 AND (m.enqueued_at > ?2 OR (m.enqueued_at = ?2 AND m.id > ?3))
 ORDER BY m.enqueued_at, m.id LIMIT ?4`
 
@@ -62,15 +66,20 @@ func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResu
 		if err != nil {
 			return res, err
 		}
-		if loc == q.Location() {
-			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself (%s)", loc)
+		if same, how := sameStore(loc, q.Location()); same {
+			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself, got %s, which %s %s", loc, how, q.Location())
+		}
+		if strings.HasPrefix(loc, MemoryPrefix) && q.db.Dir != "" {
+			return res, bindings.Errorf(bindings.CodeInvalidInput,
+				"redrive target: a dead-letter queue stored in a file redrives only into queues stored in files, got %s: the moves it records outlive this process, an in-memory queue does not", loc)
 		}
 		o.to = loc
 	}
 	mctx, cancel := moveCtx(ctx)
 	defer cancel()
 	// Finish an earlier redrive (or move) cut short first.
-	if err := q.recoverMoves(mctx, math.MaxInt64); err != nil {
+	sc := scope{redriveTo: o.to, origins: o.to == ""}
+	if err := q.recoverMoves(mctx, math.MaxInt64, sc); err != nil {
 		return res, err
 	}
 	afterEnq, afterID := int64(math.MinInt64), int64(0)
@@ -101,9 +110,16 @@ func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResu
 						skipped++
 						continue
 					}
+					if why := q.originOK(c.origin.String); why != "" {
+						q.hints.log.Warn("queue: redrive leaves a message here: its recorded origin is not a queue it may move to",
+							logKeyStore, q.Path(), "message", c.mv.id, "origin", c.origin.String, "reason", why)
+						skipped++
+						continue
+					}
 					dest = c.origin.String
 				}
 				mv := c.mv
+				mv.origin = c.origin.String
 				mv.dest, mv.kind, mv.binding = dest, kindRedrive, q.binding
 				if err := q.beginMove(ctx, tx, now, &mv); err != nil {
 					return err
@@ -118,10 +134,12 @@ func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResu
 		afterEnq, afterID = lastEnq, lastID
 		res.Skipped += skipped
 		if len(moves) > 0 {
-			if err := q.transfer(mctx, moves); err != nil {
+			stuck, err := q.transfer(mctx, moves, sc)
+			if err != nil {
 				return res, err
 			}
-			res.Moved += len(moves)
+			res.Moved += len(moves) - len(stuck)
+			res.Skipped += len(stuck)
 		}
 		if scanned < limit {
 			break

@@ -153,7 +153,7 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	slices.Sort(d.Removed)
 	d.Renamed = st.Name != old.Name
 
-	opened, err := openStores(ctx, toOpen, s.log)
+	opened, err := openStores(ctx, st, toOpen, s.log)
 	if err != nil {
 		return Diff{}, err
 	}

@@ -133,7 +133,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		})
 		natsDone <- natsResult{srv, err}
 	}()
-	stores, storeErr := openStores(ctx, st.Bindings, s.log)
+	stores, storeErr := openStores(ctx, st, st.Bindings, s.log)
 	nr := <-natsDone
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
