@@ -172,6 +172,11 @@ func (p *parser) decode(data []byte) *yaml.Node {
 			p.addf(nil, "", "file is empty; a stack file starts with version: %d and name:", Version)
 			return nil
 		}
+		if msg, line := notText(data); msg != "" && encodingError(err) {
+			// yaml.v3 names neither the byte nor its line.
+			p.addf(&yaml.Node{Line: line}, "", "invalid YAML: %s", msg)
+			return nil
+		}
 		p.syntax(err)
 		return nil
 	}
@@ -190,6 +195,13 @@ func (p *parser) decode(data []byte) *yaml.Node {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// encodingError reports whether a yaml.v3 error is about the bytes rather
+// than the syntax: a control character or bad UTF-8.
+func encodingError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "control characters") || strings.Contains(msg, "UTF-8") || strings.Contains(msg, "invalid Unicode character")
 }
 
 // syntax records a YAML syntax error. yaml.v3 gives a line for most of them

@@ -10,7 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -543,21 +542,9 @@ func (q *Queue) Purge(ctx context.Context) error {
 	return opErr(err, "purge")
 }
 
-// parseReceipt splits "{id}:{uuid}". ok is false for anything this store
-// could not have issued: the id in decimal without sign or leading zero,
-// the UUID in the canonical lower-case 8-4-4-4-12 form that uuid.NewString
-// gives (and Rust's uuid crate prints).
+// parseReceipt splits "{id}:{uuid}"; ok is false for anything this store
+// could not have issued (see ParseReceipt, the one rule).
 func parseReceipt(r string) (id int64, u string, ok bool) {
-	idStr, u, found := strings.Cut(r, ":")
-	if !found {
-		return 0, "", false
-	}
-	id, err := strconv.ParseInt(idStr, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != idStr {
-		return 0, "", false
-	}
-	if parsed, err := uuid.Parse(u); err != nil || parsed.String() != u {
-		return 0, "", false
-	}
-	return id, u, true
+	rc, err := ParseReceipt(r)
+	return rc.ID, rc.UUID, err == nil
 }

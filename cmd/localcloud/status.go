@@ -271,7 +271,7 @@ func fallbackDataDir(path string) (dir string, ok bool) {
 	var top struct {
 		DataDir any `yaml:"dataDir"`
 	}
-	data, err := os.ReadFile(abs)
+	data, err := config.ReadFile(abs) // never blocks on a FIFO
 	if err != nil {
 		return "", false
 	}

@@ -67,7 +67,11 @@ type Supervisor struct {
 	pid       int
 	startedAt time.Time
 
-	mu           sync.Mutex // guards everything below and serialises reloads and health checks
+	// reloadMu serialises Reload and Apply, which read files (the stack
+	// file, the stores they open) without holding mu.
+	reloadMu sync.Mutex
+
+	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
 	stores       map[string]*store
 	health       string // the owner lock's
