@@ -75,7 +75,8 @@ var (
 // after an fsync of a millisecond or so), and no later event may come. So
 // after an event the queue is looked at again after 1 ms, then 2, 4, ...
 // 512 ms more while nothing changes (about 1 s in all); a re-check that sees
-// a change starts over at 1 ms, as more commits may be on their way.
+// a change starts over at 1 ms, as more commits may be on their way, and so
+// does every new event.
 //
 // Why so far: on a loaded machine the writer can be descheduled between its
 // -wal writes and the wal-index update. Measured with 2 cores and ~20 busy
@@ -348,10 +349,12 @@ func (w *watched) fire() {
 	w.look(true)
 }
 
-// startSettle starts the re-checks after an event unless they run
-// already. Called with w.mu held.
+// startSettle starts the re-checks after an event, or starts them over at
+// 1 ms when they run already: the commit behind this event is a new one,
+// and waiting for the current step (up to 512 ms) would make its hint late.
+// Called with w.mu held.
 func (w *watched) startSettle() {
-	if w.closed || w.settling {
+	if w.closed {
 		return
 	}
 	w.settling, w.step = true, 0
