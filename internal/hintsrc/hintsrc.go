@@ -68,25 +68,38 @@ var (
 	ErrNoDirectory = errors.New("queue has no store directory")
 )
 
-// settleSteps are the delays of the re-checks that follow a directory
-// event. inotify reports a commit's writes to the -wal file before the
-// commit is visible to other connections (it becomes so when the wal-index
-// in -shm, which raises no event, is updated; with synchronous=FULL only
-// after an fsync of a millisecond or so), and no later event may come. So
-// after an event the queue is looked at again after 1 ms, then 2, 4, ...
-// 512 ms more while nothing changes (about 1 s in all); a re-check that sees
-// a change starts over at 1 ms, as more commits may be on their way, and so
-// does every new event.
+// The re-checks that follow a directory event. inotify reports a commit's
+// writes to the -wal file before the commit is visible to other connections
+// (it becomes so when the wal-index in -shm, which raises no event, is
+// updated; with synchronous=FULL only after an fsync, a millisecond or, on a
+// busy disk, tens of them), and no later event may come. So after an event
+// the queue is looked at again and again: each re-check follows the one
+// before after an eighth of the time since the event (at least 1 ms, at most
+// settleMaxStep), until settleFor has passed without a change. A re-check
+// that sees a change starts over, as more commits may be on their way, and
+// so does every new event. A commit visible L after its event is so seen at
+// most about L/8 later: 1 ms for the first 8 ms, 2.5 ms at 20 ms.
 //
+// Why steps that grow with the wait: a doubling schedule (1, 2, 4, ... ms)
+// found a commit that became visible 9 ms after its event only at 15 ms;
+// with a random 20-300 ms writer on synchronous=FULL that was a p99 of 12 ms.
 // Why so far: on a loaded machine the writer can be descheduled between its
 // -wal writes and the wal-index update. Measured with 2 cores and ~20 busy
-// processes, commits became visible up to 0.5-1 s after their event; re-checks
-// that stopped at 31 ms lost those hints. Past ~1 s a consumer's default
-// fallback poll (1 s) has looked anyway. A re-check is one PRAGMA
-// data_version on a connection already open, so the tail costs nothing.
-var settleSteps = [...]time.Duration{
-	time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
-	32 * time.Millisecond, 64 * time.Millisecond, 128 * time.Millisecond, 256 * time.Millisecond, 512 * time.Millisecond,
+// processes, commits became visible up to 0.5-1 s after their event;
+// re-checks that stopped at 31 ms lost those hints. Past ~1 s a consumer's
+// default fallback poll (1 s) has looked anyway. A re-check is one PRAGMA
+// data_version on a connection already open (tens of microseconds); the
+// about 50 re-checks of one event cost about a millisecond of CPU.
+const (
+	settleFor      = 1024 * time.Millisecond
+	settleMinStep  = time.Millisecond
+	settleMaxStep  = 128 * time.Millisecond
+	settleFraction = 8
+)
+
+// settleStep is the delay of the next re-check, elapsed after the event.
+func settleStep(elapsed time.Duration) time.Duration {
+	return min(max(elapsed/settleFraction, settleMinStep), settleMaxStep)
 }
 
 // The statements run on a queue's dedicated connection. Both use the spec's
@@ -269,7 +282,7 @@ type watched struct {
 	timer    *time.Timer // fires at next
 	settle   *time.Timer // the next re-check after an event
 	settling bool        // settle is armed
-	step     int         // index in settleSteps of the armed re-check
+	from     time.Time   // the event or change the re-checks count from
 	closed   bool
 	failures int // consecutive failed looks, to log only the first
 }
@@ -351,18 +364,18 @@ func (w *watched) fire() {
 
 // startSettle starts the re-checks after an event, or starts them over at
 // 1 ms when they run already: the commit behind this event is a new one,
-// and waiting for the current step (up to 512 ms) would make its hint late.
-// Called with w.mu held.
+// and waiting for the current step (up to settleMaxStep) would make its hint
+// late. Called with w.mu held.
 func (w *watched) startSettle() {
 	if w.closed {
 		return
 	}
-	w.settling, w.step = true, 0
+	w.settling, w.from = true, time.Now()
 	w.armStep()
 }
 
 func (w *watched) armStep() {
-	d := settleSteps[w.step]
+	d := settleStep(time.Since(w.from))
 	if w.settle == nil {
 		w.settle = time.AfterFunc(d, w.recheck)
 		return
@@ -378,11 +391,8 @@ func (w *watched) recheck() {
 		return
 	}
 	if w.look(false) {
-		w.step = 0
-	} else {
-		w.step++
-	}
-	if w.step == len(settleSteps) {
+		w.from = time.Now()
+	} else if time.Since(w.from) >= settleFor {
 		w.settling = false
 		return
 	}

@@ -157,3 +157,29 @@ VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 		t.Fatalf("hint %v after the commit: the second event did not restart the re-checks", late)
 	}
 }
+
+// TestSettleStep: the re-checks come every millisecond at first, then an
+// eighth of the wait apart, never more than settleMaxStep, and about 50 of
+// them cover settleFor.
+func TestSettleStep(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ elapsed, want time.Duration }{
+		{0, time.Millisecond},
+		{5 * time.Millisecond, time.Millisecond},
+		{20 * time.Millisecond, 2500 * time.Microsecond},
+		{time.Second, 125 * time.Millisecond},
+		{10 * time.Second, settleMaxStep},
+	} {
+		if got := settleStep(c.elapsed); got != c.want {
+			t.Errorf("settleStep(%v) = %v, want %v", c.elapsed, got, c.want)
+		}
+	}
+	n := 0
+	for at := time.Duration(0); at < settleFor; at += settleStep(at) {
+		n++
+	}
+	if n < 30 || n > 60 {
+		t.Errorf("%d re-checks cover %v, want 30..60", n, settleFor)
+	}
+	t.Logf("%d re-checks per event", n)
+}
