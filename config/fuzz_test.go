@@ -152,6 +152,11 @@ func TestFlowDepthLimit(t *testing.T) {
 	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: "+deep(100)+"\n")
 	wantProblems(t, err, "3:1: x: unknown field")
 
+	// Garbage is reported as such however shallow its brackets (an
+	// executable's first bytes, "\x7fELF", have few or many by chance).
+	_, err = parseIn(t, t.TempDir(), "\x7fELF\x02\x01\x01 version: 1\n")
+	wantProblems(t, err, "1:0: : invalid YAML: control character 0x7f is not allowed")
+
 	brackets := strings.Repeat("[{", 200)
 	s := mustParse(t, t.TempDir(), "version: 1\nname: shop # "+brackets+"\nnotify:\n  listen: 127.0.0.1:0\n  token: \"\\\""+brackets+"\"\n  # "+brackets+"\nbindings:\n  q:\n    type: queue\n    path: '"+brackets+"'\n")
 	if s.Notify.Token != `"`+brackets || binding(t, s, "q").Path != filepath.Join(s.DataDir, brackets) {

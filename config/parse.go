@@ -77,12 +77,15 @@ func (p *parser) run(data []byte, dir string) *Stack {
 		p.addf(nil, "", "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
+	// Garbage is reported as such, by its first bad byte and line, whatever
+	// its depth: yaml.v3 names neither (yaml.v3 rejects the same bytes, so
+	// no stack file it accepts is refused here).
+	if msg, bad := notText(data); msg != "" {
+		p.addf(&yaml.Node{Line: bad}, "", "invalid YAML: %s", msg)
+		return nil
+	}
 	if depth, line := flowDepth(data); depth > maxFlowDepth {
-		if msg, bad := notText(data); msg != "" {
-			p.addf(&yaml.Node{Line: bad}, "", "invalid YAML: %s", msg)
-		} else {
-			p.addf(&yaml.Node{Line: line}, "", "[ ] and { } nest %d levels deep, more than the limit of %d; a stack file needs 3", depth, maxFlowDepth)
-		}
+		p.addf(&yaml.Node{Line: line}, "", "[ ] and { } nest %d levels deep, more than the limit of %d; a stack file needs 3", depth, maxFlowDepth)
 		return nil
 	}
 	root := p.decode(data)

@@ -30,17 +30,20 @@ func (q *Queue) SendBatch(ctx context.Context, ps []Payload, opts ...SendOption)
 		}
 	}
 	now := q.now().UnixMilli()
+	var lastID int64
 	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		for i, p := range ps {
-			if err := insert(ctx, tx, p, now, o.delay); err != nil {
+			id, err := insert(ctx, tx, p, now, o.delay)
+			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
+			lastID = id
 		}
 		return nil
 	})
 	if err != nil {
 		return opErr(err, "send batch of %d", len(ps))
 	}
-	q.notify()
+	q.notifySent(lastID)
 	return nil
 }

@@ -246,11 +246,16 @@ func opErr(err error, format string, args ...any) error {
 	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
 }
 
-func (q *Queue) notify() {
+func (q *Queue) notify() { q.notifySent(0) }
+
+// notifySent is notify after sends whose largest new message id is lastID
+// (0: unknown, or no insert); the hint carries it so that `up` can tell the
+// insert is covered.
+func (q *Queue) notifySent(lastID int64) {
 	if q.notifier != nil {
 		q.notifier.MessageDue()
 	}
-	q.hints.messageDue()
+	q.hints.messageDue(lastID)
 }
 
 // Send enqueues one message, due at once or, with WithDelay, later.
@@ -267,18 +272,24 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 	now := q.now().UnixMilli()
 	// The spec's insert is one statement: it runs as its own transaction.
 	stmt, args := insertStmt(p, now, o.delay)
-	if _, err = q.db.Exec(ctx, stmt, args...); err != nil {
+	res, err := q.db.Exec(ctx, stmt, args...)
+	if err != nil {
 		return opErr(err, "send")
 	}
-	q.notify()
+	id, _ := res.LastInsertId() // 0 on error: the hint then carries no id
+	q.notifySent(id)
 	return nil
 }
 
 // insert is the spec's send of p at now (unix ms), due after delay.
-func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) error {
+func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) (id int64, err error) {
 	stmt, args := insertStmt(p, now, delay)
-	_, err := tx.Exec(ctx, stmt, args...)
-	return err
+	res, err := tx.Exec(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	id, _ = res.LastInsertId() // 0 on error: the hint then carries no id
+	return id, nil
 }
 
 // insertStmt is the spec's send, with visible_at = enqueued_at + delay.
