@@ -196,25 +196,21 @@ func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
 // Load reads and checks the stack file at path. Relative paths in it are
 // resolved against the file's folder. Problems name the file as path was
 // given. A file that cannot be read gives a wrapped error (errors.Is(err,
-// fs.ErrNotExist) for a missing one); a file with mistakes gives an [*Errors]
-// listing all of them.
+// fs.ErrNotExist) for a missing one); a path that is not a regular file
+// gives a [*NotRegularError] and is never read (see [ReadFile]); a file
+// with mistakes gives an [*Errors] listing all of them.
 func Load(path string, opts ...Option) (*Stack, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("load stack file %s: %w", path, err)
 	}
-	f, err := os.Open(path)
+	data, size, err := readStackFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("load stack file: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+	if size > MaxFileSize {
 		// Parse can only say "larger than"; here the size is known.
-		return nil, newErrors([]Problem{{File: path, Msg: fmt.Sprintf("file is %d bytes, larger than the limit of %d bytes", fi.Size(), MaxFileSize)}})
-	}
-	data, err := readLimited(f)
-	if err != nil {
-		return nil, fmt.Errorf("load stack file: read %s: %w", path, err)
+		return nil, newErrors([]Problem{{File: path, Msg: fmt.Sprintf("file is %d bytes, larger than the limit of %d bytes", size, MaxFileSize)}})
 	}
 	return parse(data, path, abs, filepath.Dir(abs), opts)
 }

@@ -77,12 +77,15 @@ func (p *parser) run(data []byte, dir string) *Stack {
 		p.addf(nil, "", "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
+	// Garbage is reported as such, by its first bad byte and line, whatever
+	// its depth: yaml.v3 names neither (yaml.v3 rejects the same bytes, so
+	// no stack file it accepts is refused here).
+	if msg, bad := notText(data); msg != "" {
+		p.addf(&yaml.Node{Line: bad}, "", "invalid YAML: %s", msg)
+		return nil
+	}
 	if depth, line := flowDepth(data); depth > maxFlowDepth {
-		if msg, bad := notText(data); msg != "" {
-			p.addf(&yaml.Node{Line: bad}, "", "invalid YAML: %s", msg)
-		} else {
-			p.addf(&yaml.Node{Line: line}, "", "[ ] and { } nest %d levels deep, more than the limit of %d; a stack file needs 3", depth, maxFlowDepth)
-		}
+		p.addf(&yaml.Node{Line: line}, "", "[ ] and { } nest %d levels deep, more than the limit of %d; a stack file needs 3", depth, maxFlowDepth)
 		return nil
 	}
 	root := p.decode(data)
@@ -172,6 +175,11 @@ func (p *parser) decode(data []byte) *yaml.Node {
 			p.addf(nil, "", "file is empty; a stack file starts with version: %d and name:", Version)
 			return nil
 		}
+		if msg, line := notText(data); msg != "" && encodingError(err) {
+			// yaml.v3 names neither the byte nor its line.
+			p.addf(&yaml.Node{Line: line}, "", "invalid YAML: %s", msg)
+			return nil
+		}
 		p.syntax(err)
 		return nil
 	}
@@ -190,6 +198,13 @@ func (p *parser) decode(data []byte) *yaml.Node {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// encodingError reports whether a yaml.v3 error is about the bytes rather
+// than the syntax: a control character or bad UTF-8.
+func encodingError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "control characters") || strings.Contains(msg, "UTF-8") || strings.Contains(msg, "invalid Unicode character")
 }
 
 // syntax records a YAML syntax error. yaml.v3 gives a line for most of them

@@ -11,6 +11,8 @@
 //     [Hint] is the JSON payload published on it.
 //   - [Publisher] turns every "a message became due" event into at most one hint per subject per
 //     window (2 ms by default), without ever dropping the trailing hint of a burst.
+//     [Publisher.NotifySent] also names the largest message id the sends inserted
+//     ([Hint.LastID]), so that `localcloud up` adds no hint of its own for them.
 //   - [Watch] is the consumer side: it subscribes to one subject, survives the server going away
 //     and coming back, and calls a wake function.
 //

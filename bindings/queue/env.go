@@ -20,26 +20,35 @@ const EnvBindingPrefix = bindings.EnvBindingPrefix
 // LOCALCLOUD_BINDING_<NAME> for a queue binding:
 //
 //	{"service":"local-queue","queuePath":"/abs/.localcloud/queue/orders",
-//	 "subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal"}
+//	 "subject":"localcloud.shop.orders.available","visibilityTimeout":"45s",
+//	 "visibilityTimeoutMs":45000,"durability":"normal"}
 //
 // service, queuePath (the store directory) and subject are the shape of the
 // Rust implementation's local binding JSON; visibilityTimeout (a Go
-// duration) and durability are localcloud's own and may be missing (30s,
-// normal). Unknown fields are ignored, so newer writers do not break older
-// readers.
+// duration), visibilityTimeoutMs (the same in whole milliseconds, for
+// programs in languages without a Go-duration parser) and durability are
+// localcloud's own and may be missing (30s, normal). A binding may carry
+// either duration field or both; both must then agree to the millisecond
+// (visibilityTimeoutMs is the string's duration rounded down to a whole
+// millisecond), else the binding is refused, since one of them was edited
+// and guessing which would change every lease silently. Unknown fields are
+// ignored, so newer writers do not break older readers.
 //
 // A binding with a dead-letter policy also carries it, so every process of
 // the app enforces it (WithDeadLetter):
 //
 //	"maxAttempts":5,"deadLetter":{"binding":"orders-dlq","queuePath":"/abs/.localcloud/queue/orders-dlq"}
 type EnvBinding struct {
-	Service           string         `json:"service"`
-	QueuePath         string         `json:"queuePath"`
-	Subject           string         `json:"subject,omitempty"`
-	VisibilityTimeout string         `json:"visibilityTimeout,omitempty"`
-	Durability        string         `json:"durability,omitempty"`
-	MaxAttempts       int            `json:"maxAttempts,omitempty"`
-	DeadLetter        *EnvDeadLetter `json:"deadLetter,omitempty"`
+	Service           string `json:"service"`
+	QueuePath         string `json:"queuePath"`
+	Subject           string `json:"subject,omitempty"`
+	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
+	// VisibilityTimeoutMs is VisibilityTimeout in whole milliseconds; nil
+	// when missing.
+	VisibilityTimeoutMs *int64         `json:"visibilityTimeoutMs,omitempty"`
+	Durability          string         `json:"durability,omitempty"`
+	MaxAttempts         int            `json:"maxAttempts,omitempty"`
+	DeadLetter          *EnvDeadLetter `json:"deadLetter,omitempty"`
 }
 
 // EnvDeadLetter is the dead-letter queue of an EnvBinding.
@@ -85,8 +94,7 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	}
 	d, _ := bindings.ParseDurability(b.Durability) // checked by readEnv
 	all := []Option{WithDurability(d)}
-	if b.VisibilityTimeout != "" {
-		vt, _ := time.ParseDuration(b.VisibilityTimeout) // checked by readEnv
+	if vt, ok, _ := envVisibility(EnvName(name), b); ok { // checked by readEnv
 		all = append(all, WithDefaultVisibility(vt))
 	}
 	all = append(all, WithBindingName(name))
@@ -122,12 +130,8 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 		return EnvBinding{}, err
 	}
 	v := EnvName(name)
-	if b.VisibilityTimeout != "" {
-		vt, err := time.ParseDuration(b.VisibilityTimeout)
-		if err != nil || vt < MinVisibility || vt > MaxVisibility {
-			return EnvBinding{}, bindings.Errorf(bindings.CodeBindingSetupFailed,
-				"%s: visibilityTimeout must be a duration between %s and %s, got %q", v, MinVisibility, MaxVisibility, b.VisibilityTimeout)
-		}
+	if _, _, err := envVisibility(v, b); err != nil {
+		return EnvBinding{}, err
 	}
 	switch {
 	case b.MaxAttempts < 0 || b.MaxAttempts > MaxAttemptsLimit:
@@ -141,4 +145,38 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 			"%s: deadLetter.queuePath must be an absolute path, got %q", v, b.DeadLetter.QueuePath)
 	}
 	return b, nil
+}
+
+// envVisibility returns the visibility timeout of b read from variable v
+// and whether b gives one: visibilityTimeout, visibilityTimeoutMs, or both
+// when they agree to the millisecond (the string is then used, as it may
+// be finer).
+func envVisibility(v string, b EnvBinding) (time.Duration, bool, error) {
+	var vt time.Duration
+	if b.VisibilityTimeout != "" {
+		var err error
+		vt, err = time.ParseDuration(b.VisibilityTimeout)
+		if err != nil || vt < MinVisibility || vt > MaxVisibility {
+			return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: visibilityTimeout must be a duration between %s and %s, got %q", v, MinVisibility, MaxVisibility, b.VisibilityTimeout)
+		}
+	}
+	if b.VisibilityTimeoutMs == nil {
+		return vt, b.VisibilityTimeout != "", nil
+	}
+	ms := *b.VisibilityTimeoutMs
+	if ms < MinVisibility.Milliseconds() || ms > MaxVisibility.Milliseconds() {
+		return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: visibilityTimeoutMs must be between %d and %d (milliseconds), got %d",
+			v, MinVisibility.Milliseconds(), MaxVisibility.Milliseconds(), ms)
+	}
+	if b.VisibilityTimeout == "" {
+		return time.Duration(ms) * time.Millisecond, true, nil
+	}
+	if vt.Milliseconds() != ms {
+		return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: visibilityTimeout %q and visibilityTimeoutMs %d disagree (%q is %d ms); give one of them, or both with the same duration",
+			v, b.VisibilityTimeout, ms, b.VisibilityTimeout, vt.Milliseconds())
+	}
+	return vt, true, nil
 }

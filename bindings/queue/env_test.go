@@ -169,3 +169,64 @@ func TestFromEnvTurnsHintsOn(t *testing.T) {
 		q.Close()
 	}
 }
+
+// TestFromEnvVisibilityMillis: visibilityTimeoutMs, the integer a program in
+// any language can read, stands for visibilityTimeout on its own, and when
+// both are given they must agree.
+func TestFromEnvVisibilityMillis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := `{"service":"local-queue","queuePath":"` + dir + `"`
+	for _, c := range []struct {
+		name, fields string
+		want         time.Duration
+	}{
+		{"ms only", `,"visibilityTimeoutMs":45000`, 45 * time.Second},
+		{"both agree", `,"visibilityTimeout":"1m30s","visibilityTimeoutMs":90000`, 90 * time.Second},
+		{"both agree below a millisecond", `,"visibilityTimeout":"1.0005s","visibilityTimeoutMs":1000`, 1000500 * time.Microsecond},
+		{"string only", `,"visibilityTimeout":"2s"`, 2 * time.Second},
+		{"neither", ``, DefaultVisibility},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"LOCALCLOUD_BINDING_ORDERS": base + c.fields + "}"}
+			q, err := fromEnv(ctx, "orders", mapLookup(env), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if q.visibility != c.want {
+				t.Errorf("default visibility = %s, want %s", q.visibility, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, fields string
+		want         []string
+	}{
+		{"disagree", `,"visibilityTimeout":"30s","visibilityTimeoutMs":45000`,
+			[]string{`visibilityTimeout "30s"`, "visibilityTimeoutMs 45000", "disagree"}},
+		{"zero", `,"visibilityTimeoutMs":0`, []string{"visibilityTimeoutMs must be between 1 and 43200000", "got 0"}},
+		{"negative", `,"visibilityTimeoutMs":-5`, []string{"visibilityTimeoutMs must be between 1 and 43200000", "got -5"}},
+		{"too long", `,"visibilityTimeoutMs":43200001`, []string{"visibilityTimeoutMs must be between 1 and 43200000", "got 43200001"}},
+		{"not an integer", `,"visibilityTimeoutMs":1.5`, []string{"visibilityTimeoutMs"}},
+		{"a string", `,"visibilityTimeoutMs":"45000"`, []string{"visibilityTimeoutMs"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"LOCALCLOUD_BINDING_ORDERS": base + c.fields + "}"}
+			q, err := fromEnv(ctx, "orders", mapLookup(env), nil)
+			if err == nil {
+				q.Close()
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, bindings.ErrBindingSetupFailed) {
+				t.Errorf("error %v does not match ErrBindingSetupFailed", err)
+			}
+			for _, w := range append(c.want, "LOCALCLOUD_BINDING_ORDERS") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}

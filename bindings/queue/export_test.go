@@ -18,7 +18,7 @@ func ExportSetMaxMovesPerClaim(n int) { sqlitequeue.SetMaxMovesPerClaim(n) }
 // ExportParseReceipt and ExportFormatReceipt are the receipt handle codec,
 // for the fuzz tests.
 var (
-	ExportParseReceipt  = sqlitequeue.ParseReceipt
+	ExportParseReceipt  = sqlitequeue.ParseReceiptParts
 	ExportFormatReceipt = sqlitequeue.FormatReceipt
 )
 

@@ -20,6 +20,7 @@ type options struct {
 	wake       wakeOptions // hints.go
 	binding    string      // the binding name, recorded as the origin of dead letters
 	dead       deadLetterOptions
+	targets    []string // WithMoveTargets
 }
 
 // wakeOptions are the Open options about waking waiters.
@@ -145,4 +146,18 @@ func WithHints(natsURL, token, subject string) Option {
 // DefaultPollInterval (1 s).
 func WithPollInterval(d time.Duration) Option {
 	return func(o *options) { o.wake.poll = d }
+}
+
+// WithMoveTargets names further queues (store directories, made absolute,
+// or "memory:NAME") toward which the handle finishes redrives out of its
+// store that a killed process left unfinished, and the only ones a Redrive
+// without RedriveTo sends recorded origins to. A move out of a store is
+// recorded in the store file, which may have come from anywhere (a
+// restore), so the handle finishes it only toward a location it names
+// itself: a dead letter only toward its WithDeadLetter queue, a redrive
+// only toward the running Redrive's target or one of these. Other moves
+// are left in place (the message stays hidden in this store) and logged.
+// The stack tools pass the queues whose dead-letter queue this one is.
+func WithMoveTargets(locs ...string) Option {
+	return func(o *options) { o.targets = append([]string(nil), locs...) }
 }

@@ -200,6 +200,7 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	if o.dead.set {
 		cfg.DeadLetter = driver.DeadLetter{MaxAttempts: o.dead.maxAttempts, Location: o.dead.dlq}
 	}
+	cfg.MoveTargets = o.targets
 	d, err := e.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io/fs"
@@ -23,6 +26,9 @@ type checkCommand struct {
 const (
 	problemMode  = "mode"
 	problemStore = "store"
+	// problemMove is an unfinished move out of a queue toward a
+	// destination the stack does not let it finish (supervisor.MoveProblems).
+	problemMove = "move"
 )
 
 // checkJSON is check's --json output.
@@ -80,7 +86,7 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	}
 	out := checkJSON{Stores: []checkStoreJSON{}}
 	for _, b := range bs {
-		r, err := checkStore(ctx, b)
+		r, err := checkStore(ctx, st, b)
 		if err != nil {
 			return err
 		}
@@ -137,7 +143,7 @@ func (c *checkCommand) print(out checkJSON) {
 
 // checkStore verifies one binding's store: directory and file modes (stat
 // only), then the database through a read-only SQLite connection.
-func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
+func checkStore(ctx context.Context, st *config.Stack, b config.Binding) (checkStoreJSON, error) {
 	f := formatOf(b.Type)
 	r := checkStoreJSON{Binding: b.Name, Type: string(b.Type), Format: f.Marker, Path: b.Path,
 		File: filepath.Join(b.Path, f.File), Problems: []sqlstore.Problem{}, Notes: []string{}}
@@ -183,6 +189,11 @@ func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
 	ver, err := sqlstore.Verify(ctx, r.File, f)
 	if err != nil {
 		return r, fmt.Errorf("check %s: %w", b.Name, err)
+	}
+	if b.Type == config.TypeQueue && ver.OK() {
+		for _, p := range queueMoveProblems(ctx, st, b) {
+			add(problemMove, "table lc_moves", p)
+		}
 	}
 	// Stat the sidecars after the read, so a second check reports the same:
 	// a read-only open of a WAL store creates missing ones, with the
@@ -256,4 +267,23 @@ Examples:
 Flags:
 `)
 	printDefaults(c.app.stdout, fs)
+}
+
+// queueMoveProblems reads the unfinished moves of queue binding b's store
+// through a read-only handle and returns those up would leave in place.
+func queueMoveProblems(ctx context.Context, st *config.Stack, b config.Binding) []string {
+	q, err := queue.Open(ctx, b.Path, queue.WithReadOnly())
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	defer q.Close()
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	refs, err := eq.References(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	return supervisor.MoveProblems(st, b, refs)
 }

@@ -272,6 +272,10 @@ func (a *app) stackPath(flagValue string) string {
 func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 	path := a.stackPath(flagValue)
 	st, err := config.Load(path, a.loadOptions()...)
+	var nr *config.NotRegularError
+	if errors.As(err, &nr) {
+		return nil, &hintError{err: err, try: "name a regular stack file with -f FILE or $LOCALCLOUD_STACK; it is read in one go, never from a pipe or device"}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &hintError{
 			err: fmt.Errorf("stack file %s not found", path),

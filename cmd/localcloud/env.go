@@ -124,7 +124,9 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 				QueuePath:         b.Path,
 				Subject:           config.Subject(st.Name, b.Name),
 				VisibilityTimeout: b.VisibilityTimeout.String(),
-				Durability:        b.Durability,
+				// The same in milliseconds, for apps in any language.
+				VisibilityTimeoutMs: ptrTo(b.VisibilityTimeout.Milliseconds()),
+				Durability:          b.Durability,
 			}
 			// The dead-letter policy travels with the binding so every
 			// process of the app enforces it (config checked deadLetter).
@@ -144,6 +146,8 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 	}
 	return vars, note, nil
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // marshalCompact encodes v as one line of JSON without HTML escaping, so
 // paths stay readable.
@@ -180,7 +184,7 @@ Variables:
   LOCALCLOUD_BINDING_<NAME>  per binding, NAME upper case with - as _:
     {"service":"local-kv","dataDir":"/abs/dir","durability":"normal"}
     {"service":"local-queue","queuePath":"/abs/dir","subject":"localcloud.<stack>.<name>.available",
-     "visibilityTimeout":"30s","durability":"normal"}
+     "visibilityTimeout":"30s","visibilityTimeoutMs":30000,"durability":"normal"}
 
 Go apps open a binding with kv.FromEnv(ctx, name) or queue.FromEnv(ctx, name).
 

@@ -159,7 +159,7 @@ func TestEnv(t *testing.T) {
 		"export LOCALCLOUD_STACK_NAME='shop'",
 		`export LOCALCLOUD_BINDING_CARTS='{"service":"local-kv","dataDir":"` + filepath.Join(dir, ".localcloud", "kv", "carts") + `","durability":"normal"}'`,
 		`export LOCALCLOUD_BINDING_ORDERS_DLQ='{"service":"local-queue","queuePath":"` + filepath.Join(dir, ".localcloud", "queue", "orders-dlq") +
-			`","subject":"localcloud.shop.orders-dlq.available","visibilityTimeout":"45s","durability":"normal"}'`,
+			`","subject":"localcloud.shop.orders-dlq.available","visibilityTimeout":"45s","visibilityTimeoutMs":45000,"durability":"normal"}'`,
 	}
 	for _, w := range want {
 		if !strings.Contains(stdout, w+"\n") {

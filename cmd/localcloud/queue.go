@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,8 +71,7 @@ type (
 	queueReceiptState struct {
 		Receipt string `json:"receipt"`
 		OK      bool   `json:"ok"`
-		// Note says the receipt was not one this store issues (a no-op).
-		Note  string `json:"note,omitempty"`
+		// Error says why nothing was done for this receipt.
 		Error string `json:"error,omitempty"`
 	}
 	queuePurgeJSON struct {
@@ -258,9 +256,6 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	return nil
 }
 
-// receiptRE is the shape of the receipts a store issues: "{id}:{uuid}".
-var receiptRE = regexp.MustCompile(`^[1-9][0-9]*:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
 func (c *queueCommand) ack(ctx context.Context, args []string) error {
 	return c.settle(ctx, "ack", args)
 }
@@ -269,7 +264,10 @@ func (c *queueCommand) nack(ctx context.Context, args []string) error {
 	return c.settle(ctx, "nack", args)
 }
 
-// settle acks or nacks every receipt given, and fails if any failed.
+// settle acks or nacks every receipt given, and fails if any failed. A
+// string that is not a receipt the store issues (queue.ParseReceipt) would
+// be a no-op success in the library; here it is a failure that says nothing
+// was done, so no ack or nack is reported that did not happen.
 func (c *queueCommand) settle(ctx context.Context, op string, args []string) error {
 	fs, file, asJSON := queueFlags(op)
 	delay := new(time.Duration)
@@ -292,8 +290,11 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	var failed []string
 	for _, r := range pos[1:] {
 		res := queueReceiptState{Receipt: r, OK: true}
-		if !receiptRE.MatchString(r) {
-			res.Note = "not a receipt this store issues (want ID:UUID from queue receive); nothing done"
+		if _, err := queue.ParseReceipt(r); err != nil {
+			res.OK, res.Error = false, fmt.Sprintf("%v; nothing %sed", err, op)
+			failed = append(failed, fmt.Sprintf("%s %s: %s", op, r, res.Error))
+			out.Results = append(out.Results, res)
+			continue
 		}
 		if op == "ack" {
 			err = q.Ack(ctx, r)
@@ -312,10 +313,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 		}
 	} else {
 		for _, r := range out.Results {
-			switch {
-			case r.Note != "":
-				fmt.Fprintf(c.app.stderr, "%s %s: %s\n", op, r.Receipt, r.Note)
-			case r.OK:
+			if r.OK {
 				fmt.Fprintf(c.app.stdout, "%sed %s\n", op, r.Receipt)
 			}
 		}
@@ -323,7 +321,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	if len(failed) > 0 {
 		return &hintError{
 			err: errors.New(strings.Join(failed, "\n")),
-			try: "a stale receipt means the message was delivered again since; use the receipt of its latest delivery",
+			try: "use the receipt exactly as queue receive printed it, of the message's latest delivery (a stale receipt means it was delivered again since)",
 		}
 	}
 	return nil
@@ -617,7 +615,10 @@ the flags.
            wait without claiming anything).
   ack      deletes the messages of the receipts; nack makes them due again,
            at once or with --delay D after a back-off. A stale receipt (the
-           message was delivered again since) fails.
+           message was delivered again since) fails, and so does a string
+           that is not a receipt the store issues (an upper-case UUID,
+           a typo): nothing is done for it, it is reported on stderr and
+           the command exits 1; the other receipts given are still settled.
   extend   keeps the message of RECEIPT hidden for D from now (1ms-12h), for
            a handler that needs longer than its lease. A stale receipt, or a
            message that is gone, fails.

@@ -153,7 +153,17 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		}
 	}
 	for i := range rep.Bindings {
-		countStore(ctx, &rep.Bindings[i], now)
+		sb := &rep.Bindings[i]
+		countStore(ctx, sb, now)
+		// While up runs, its health reports the moves it left.
+		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && b.Path == sb.Path {
+			if probs := queueMoveProblems(ctx, st, *b); len(probs) > 0 {
+				if sb.Health != supervisor.HealthOK {
+					probs = append([]string{sb.Health}, probs...)
+				}
+				sb.Health = strings.Join(probs, "; ")
+			}
+		}
 	}
 	return rep, nil
 }
@@ -256,7 +266,7 @@ func fallbackDataDir(path string) (dir string, ok bool) {
 	var top struct {
 		DataDir any `yaml:"dataDir"`
 	}
-	data, err := os.ReadFile(abs)
+	data, err := config.ReadFile(abs) // never blocks on a FIFO
 	if err != nil {
 		return "", false
 	}
@@ -342,7 +352,9 @@ uptime) and per binding its type, health, path and contents: live and
 expired keys of a KV store; due and in-flight messages and the age of the
 oldest message of a queue. The stores are opened read-only. While up runs
 the bindings and their health are the ones up serves; otherwise the stack
-file's.
+file's. A queue's health also names the unfinished moves out of it that
+up leaves in place, since the stack does not name their destination (see
+localcloud check).
 
 Flags:
 `)

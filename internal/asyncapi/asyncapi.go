@@ -200,6 +200,13 @@ func hintSchema() obj {
 				"type":        "integer",
 				"description": "When the hint was published, in Unix milliseconds.",
 			},
+			"lastId": obj{
+				"type":    "integer",
+				"minimum": 1,
+				"description": "The largest message id inserted by the sends this hint reports, " +
+					"when the publisher knows it; absent otherwise. The hint follows every insert " +
+					"with an id up to lastId, so localcloud up publishes none of its own for them.",
+			},
 		},
 		"description": "A wake-up hint. Unknown fields may be added later and must be ignored.",
 	}

@@ -371,3 +371,35 @@ func TestQueriesUseSpecIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestLibraryHintCoversOnlyCommittedIDs: a hint that claims to cover ids
+// the store does not have yet (a stray or hostile publisher) cannot silence
+// the hints of later foreign inserts; it covers no more than the store's
+// sqlite_sequence when it arrives, so the next insert is still hinted (held
+// for the library's hint, then published by the source itself).
+func TestLibraryHintCoversOnlyCommittedIDs(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "stray")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("stray", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(r.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := nc.Publish(subject, []byte(`{"binding":"stray","due":-1,"at":0,"lastId":1000000}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "the stray hint delivered", func() bool { return r.count() == 1 })
+	db := foreign(t, dir)
+	for i := range 3 {
+		insert(t, db, 0)
+		testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint for the foreign insert", func() bool { return r.count() == 2+i })
+	}
+}

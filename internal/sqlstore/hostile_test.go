@@ -316,6 +316,88 @@ func hostileCases() []hostileCase {
 		},
 		want:        []string{"mode 0660", "group or others can read and write it", "chmod 600 "},
 		verifyKinds: nil,
+	}, {
+		// Every ack would be a no-op: the acked message comes back.
+		name: "trigger on messages that inserts acked messages back",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE TRIGGER keep_acked AFTER DELETE ON messages BEGIN
+INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES (old.payload_type, old.payload_data, old.enqueued_at, 0, 0); END`)
+			return dir
+		},
+		want:        []string{`trigger "keep_acked"`, "not part of localqueue.v1", "DROP TRIGGER"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "trigger on kv that resurrects deleted keys",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER undelete AFTER DELETE ON kv BEGIN
+INSERT INTO kv (key, value, expires_at) VALUES (old.key, old.value, old.expires_at); END`)
+			return dir
+		},
+		want:        []string{`trigger "undelete"`, "not part of localkv.v1"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "trigger that copies values into meta",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER leak AFTER INSERT ON kv BEGIN
+INSERT OR REPLACE INTO meta (key, value) VALUES ('leak-' || new.key, CAST(new.value AS TEXT)); END`)
+			return dir
+		},
+		want:        []string{`trigger "leak"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "a view",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE VIEW due AS SELECT * FROM messages WHERE visible_at <= 0`)
+			return dir
+		},
+		want:        []string{`view "due"`, "DROP VIEW"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		// A UNIQUE index of someone else's would refuse sends.
+		name: "an unknown index on messages",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE UNIQUE INDEX one_payload ON messages (payload_data)`)
+			return dir
+		},
+		want:        []string{`index "one_payload"`, "DROP INDEX"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "an lc_-named index localcloud does not have",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE UNIQUE INDEX lc_one_payload ON messages (payload_data)`)
+			return dir
+		},
+		want:        []string{`index "lc_one_payload"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "an unknown table",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TABLE audit (who TEXT, what TEXT)`)
+			return dir
+		},
+		want:        []string{`table "audit"`, "DROP TABLE"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "a trigger and a view, both named",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE VIEW v1 AS SELECT 1`,
+				`CREATE TRIGGER lc_t1 BEFORE UPDATE ON messages BEGIN SELECT RAISE(IGNORE); END`)
+			return dir
+		},
+		want:        []string{`view "v1"`, `trigger "lc_t1"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
 	}}
 }
 
@@ -649,5 +731,41 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	}
 	if st, err := q.Stats(context.Background()); err != nil || st.Total != 1 {
 		t.Errorf("stats %+v, %v; want the rolled-back store with the one new message", st, err)
+	}
+}
+
+// TestUnknownOwnTableOpens: a table in localcloud's own namespace that this
+// version does not define (a newer version's) is inert and does not stop
+// the open; Verify still reports it.
+func TestUnknownOwnTableOpens(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 2)
+	path := filepath.Join(dir, queue.FileName)
+	rawExec(t, path, `CREATE TABLE lc_future (x INTEGER)`)
+	q, err := queue.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatalf("open with an lc_ table: %v", err)
+	}
+	if msgs, err := q.Receive(t.Context(), 10); err != nil || len(msgs) != 2 {
+		t.Fatalf("receive: %d messages, %v", len(msgs), err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := verify(t, path, sqlitequeue.Format()); !strings.Contains(kinds(v), sqlstore.ProblemSchemaUnknown+" table lc_future") {
+		t.Errorf("Verify: %s; want the unknown lc_future", kinds(v))
+	}
+}
+
+// TestForeignObjectErrorNamesTheObject pins the wording of the refusal.
+func TestForeignObjectErrorNamesTheObject(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 1)
+	rawExec(t, filepath.Join(dir, queue.FileName), `CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END`)
+	_, err := queue.Open(t.Context(), dir)
+	t.Logf("%v", err)
+	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), `trigger "keep" (CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END)`) ||
+		!strings.Contains(err.Error(), `DROP TRIGGER "keep";`) {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -191,6 +191,11 @@ func checkRecovered(ctx context.Context, path string, f Format) error {
 			"open store %q: the database read with the -wal a process that ended left beside it fails the format marker check; the store's files were left untouched: move the -wal away if it is not this store's, or restore a backup",
 			path)}
 	}
+	// The handshake would refuse them too, but only after SQLite replayed
+	// the -wal into the file.
+	if err := checkObjects(ctx, c, path, f); err != nil {
+		return err
+	}
 	rows, err := c.QueryContext(ctx, fmt.Sprintf("PRAGMA quick_check(%d)", integrityLines))
 	if err != nil {
 		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: quick_check with the -wal a process that ended left beside it", path)
@@ -334,6 +339,10 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 	db.raw = newRawPool(rawDB)
 	if db.ro {
 		if err := db.checkMarker(ctx, db.R); err != nil {
+			db.closeConns()
+			return err
+		}
+		if err := checkObjects(ctx, db.R, db.Path, db.Format); err != nil {
 			db.closeConns()
 			return err
 		}
@@ -514,6 +523,11 @@ func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
 		}
 	}
 	if err := db.checkMarkerTx(ctx, tx, tables); err != nil {
+		return err
+	}
+	// Before any statement that writes (and so could fire a trigger):
+	// nothing has been written in this transaction yet.
+	if err := checkObjects(ctx, db.wconn, db.Path, db.Format); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {

@@ -69,6 +69,9 @@ type Config struct {
 	ReadOnly bool
 	// DeadLetter is the dead-letter policy; MaxAttempts 0 means none.
 	DeadLetter DeadLetter
+	// MoveTargets are further queues toward which the handle may finish
+	// moves out of its store (queue.WithMoveTargets).
+	MoveTargets []string
 	// Hints are the SQLite engine's NATS wake-up hints; engines with a
 	// wake-up signal of their own ignore them.
 	Hints Hints
@@ -173,8 +176,11 @@ type Redrive struct {
 
 // RedriveResult counts what a Redrive did.
 type RedriveResult struct {
-	Moved   int // messages now in their origin (or the RedriveTo queue)
-	Skipped int // due messages left here: no recorded origin and no RedriveTo
+	Moved int // messages now in their origin (or the RedriveTo queue)
+	// Skipped counts due messages left here: no recorded origin and no
+	// RedriveTo, or a recorded origin the handle may not move to (one that
+	// is not a queue store, or none of its WithMoveTargets).
+	Skipped int
 }
 
 // Queue is one open queue. It must be safe for concurrent use.

@@ -38,21 +38,26 @@ func testPayloadJSONLimit(t *testing.T, h Harness) {
 	q := h.Open(t)
 	// A JSON string of n 'a's serializes to n+2 bytes.
 	wantInvalid(t, q.Send(ctx, queue.JSON(strings.Repeat("a", queue.MaxPayloadBytes-1))), "payload", "65536", "65537")
-	// The limit is on the serialized form: '<' serializes to \u003c (6
-	// bytes), so 10,923 of them are 65,540 bytes.
-	wantInvalid(t, q.Send(ctx, queue.JSON(strings.Repeat("<", 10923))), "payload", "65536", "65540")
+	// The limit is on the compact form another implementation writes:
+	// '<' is one byte, not encoding/json's \u003c (6 bytes), so 65,535 of
+	// them are 65,537 bytes and 65,534 exactly the limit (below).
+	wantInvalid(t, q.Send(ctx, queue.JSON(strings.Repeat("<", queue.MaxPayloadBytes-1))), "payload", "65536", "65537")
 	if n := rawCount(t, q); n != 0 {
 		t.Fatalf("%d rows after rejected sends; want 0", n)
 	}
-	at := strings.Repeat("a", queue.MaxPayloadBytes-2)
-	send(t, q, queue.JSON(at))
-	m := receiveOne(t, q)
-	if m.Payload.Type != queue.TypeJSON || len(m.Payload.Data) != queue.MaxPayloadBytes {
-		t.Fatalf("got type %q, %d bytes; want json, 65536 bytes", m.Payload.Type, len(m.Payload.Data))
-	}
-	var got string
-	if err := m.Payload.Decode(&got); err != nil || got != at {
-		t.Fatalf("Decode: %v (equal: %v)", err, got == at)
+	for _, at := range []string{strings.Repeat("a", queue.MaxPayloadBytes-2), strings.Repeat("<", queue.MaxPayloadBytes-4) + "&>"} {
+		send(t, q, queue.JSON(at))
+		m := receiveOne(t, q)
+		if m.Payload.Type != queue.TypeJSON || m.Payload.Data != `"`+at+`"` {
+			t.Fatalf("got type %q, %d bytes; want json, the 65536-byte compact form", m.Payload.Type, len(m.Payload.Data))
+		}
+		var got string
+		if err := m.Payload.Decode(&got); err != nil || got != at {
+			t.Fatalf("Decode: %v (equal: %v)", err, got == at)
+		}
+		if err := q.Ack(ctx, m.ReceiptHandle); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

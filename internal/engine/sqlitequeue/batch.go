@@ -14,17 +14,20 @@ import (
 // they are delivered in slice order; delay applies to each.
 func (q *Queue) sendBatch(ctx context.Context, ps []Payload, delay time.Duration) error {
 	now := q.now().UnixMilli()
+	var lastID int64
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		for i, p := range ps {
-			if err := insert(ctx, tx, p, now, delay); err != nil {
+			id, err := insert(ctx, tx, p, now, delay)
+			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
+			lastID = id
 		}
 		return nil
 	})
 	if err != nil {
 		return opErr(err, "send batch of %d", len(ps))
 	}
-	q.notify()
+	q.notifySent(lastID)
 	return nil
 }

@@ -10,10 +10,11 @@ import "github.com/localcloud/localcloud/notify"
 // use.
 func SetMaxMovesPerClaim(n int) { maxMovesPerClaim = n }
 
-// ParseReceipt and FormatReceipt are the receipt handle codec.
+// ParseReceiptParts and FormatReceipt are the receipt handle codec, for the
+// fuzz tests.
 var (
-	ParseReceipt  = parseReceipt
-	FormatReceipt = formatReceipt
+	ParseReceiptParts = parseReceipt
+	FormatReceipt     = formatReceipt
 )
 
 // StmtDue is the receive select, for the query-plan test.

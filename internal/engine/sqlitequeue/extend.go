@@ -27,11 +27,12 @@ var ErrMessageGone = driver.ErrMessageGone
 // QUEUE_OPERATION_FAILED. An Extend after the lease ended but before a
 // redelivery still succeeds: the message was not handed to anyone else.
 func (q *Queue) Extend(ctx context.Context, receipt string, d time.Duration) error {
-	id, u, ok := parseReceipt(receipt)
-	if !ok {
-		return bindings.Errorf(bindings.CodeInvalidInput, "receipt: %q is not a receipt handle of this store ({id}:{uuid})", receipt)
+	rc, err := ParseReceipt(receipt)
+	if err != nil {
+		return err
 	}
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+	id, u := rc.ID, rc.UUID
+	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().Add(d).UnixMilli())
 		if err != nil {
 			return err

@@ -62,13 +62,14 @@ func newHintState(o options, store string) *hintState {
 
 // messageDue runs after every commit that made a message due now (a Send,
 // a Nack): it wakes this process's waiters on the store, then hints other
-// processes.
-func (h *hintState) messageDue() {
+// processes. lastID is the largest message id the commit inserted (0: none
+// or unknown); the hint carries it (notify.Hint.LastID).
+func (h *hintState) messageDue(lastID int64) {
 	if !h.opts.noLocalWake {
 		h.local.bc.broadcast()
 	}
 	if h.pub != nil {
-		h.pub.notify(h.opts.subject)
+		h.pub.notify(h.opts.subject, lastID)
 	}
 }
 
@@ -241,9 +242,9 @@ func (p *sharedPublisher) publisher() *notify.Publisher {
 	return pub
 }
 
-func (p *sharedPublisher) notify(subject string) {
+func (p *sharedPublisher) notify(subject string, lastID int64) {
 	if pub := p.publisher(); pub != nil {
-		pub.Notify(subject, notify.DueUnknown)
+		pub.NotifySent(subject, notify.DueUnknown, lastID)
 	}
 }
 

@@ -16,13 +16,13 @@ FROM messages ORDER BY enqueued_at, id LIMIT ?1`
 FROM messages`
 	// With localcloud's own tables (deadletter.go), which a store written
 	// only by a spec-exact implementation and opened read-only lacks.
-	stmtHasMoveTables = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('lc_moves', 'lc_dead_letters')`
+	stmtHasMoveTables = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('lc_moves', 'lc_arrivals')`
 	stmtPeekOrigin    = `SELECT m.id, m.attempt, m.enqueued_at, m.visible_at, m.payload_type, m.payload_data, m.receipt_handle IS NOT NULL,
-d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.moved_at,
+d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
 mv.message_id IS NOT NULL
-FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id LEFT JOIN lc_moves mv ON mv.message_id = m.id
+FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
 ORDER BY m.enqueued_at, m.id LIMIT ?1`
-	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_dead_letters d JOIN messages m ON m.id = d.dlq_message_id
+	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_arrivals d JOIN messages m ON m.id = d.message_id AND d.kind = 'dead-letter'
 GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_binding, d.origin_store`
 	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
 )

@@ -23,6 +23,7 @@ type options struct {
 	binding    string      // the binding name, recorded as the origin of dead letters
 	dead       deadLetterOptions
 	internal   bool // a handle a transfer opened on its destination (deadletter.go)
+	targets    []string
 }
 
 // Engine is the SQLite engine; its zero value is ready to use.
@@ -32,7 +33,8 @@ type Engine struct{}
 func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error) {
 	o := options{clock: cfg.Clock, logger: cfg.Logger, durability: bindings.Durability(cfg.Durability),
 		readOnly: cfg.ReadOnly, notifier: cfg.Notifier, binding: cfg.BindingName,
-		wake: wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, noLocalWake: cfg.Hints.NoLocalWake}}
+		targets: append([]string(nil), cfg.MoveTargets...),
+		wake:    wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, noLocalWake: cfg.Hints.NoLocalWake}}
 	if o.durability == "" {
 		o.durability = bindings.DurabilityNormal
 	}

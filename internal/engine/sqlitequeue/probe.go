@@ -15,6 +15,7 @@ var ErrNoDirectory = errors.New("store has no directory (in-memory)")
 const (
 	stmtDataVersion = `PRAGMA data_version`
 	stmtCountDue    = `SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`
+	stmtLastID      = `SELECT seq FROM sqlite_sequence WHERE name = 'messages'`
 )
 
 // Probe answers the hint source's questions about a store on one dedicated
@@ -63,6 +64,17 @@ func (p *Probe) NextVisible(ctx context.Context, now int64) (sql.NullInt64, erro
 	var next sql.NullInt64
 	err := p.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next)
 	return next, err
+}
+
+// LastID reads the largest message id ever inserted (0: none yet): ids of
+// the spec's AUTOINCREMENT table grow in commit order.
+func (p *Probe) LastID(ctx context.Context) (int64, error) {
+	var id int64
+	err := p.conn.QueryRowContext(ctx, stmtLastID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return id, err
 }
 
 // Close gives the connection back to the pool.

@@ -19,7 +19,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,6 +127,8 @@ type Queue struct {
 	dests       map[string]*Queue // destinations of moves, by location
 	destClosed  bool
 	nextRecover atomic.Int64 // when maybeRecover looks next (since procStart)
+	stuckLogged atomic.Int64 // moves left in place at the last report (reportStuck)
+	targets     []string     // WithMoveTargets, normalised
 	lastFull    atomic.Bool  // the last claim returned as many as it asked for
 }
 
@@ -175,19 +176,39 @@ func prepareOptions(o options) (options, error) {
 		}
 		o.dead.dlq = loc
 	}
+	for i, t := range o.targets {
+		loc, err := normLocation(t)
+		if err != nil {
+			return o, err
+		}
+		o.targets[i] = loc
+	}
 	return o, nil
 }
 
 func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 	q := &Queue{db: db, now: o.clock, notifier: o.notifier, hints: newHintState(o, db.Path),
-		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
+		binding: o.binding, readOnly: o.readOnly, internal: o.internal, targets: o.targets}
 	if o.dead.set {
-		if o.dead.dlq == q.Location() {
+		if same, how := sameStore(o.dead.dlq, q.Location()); same {
 			_ = q.Close()
 			return nil, bindings.Errorf(bindings.CodeInvalidInput,
-				"dead-letter queue: must be another store than the queue itself (%s)", o.dead.dlq)
+				"dead-letter queue: must be another store than the queue itself, got %s, which %s %s", o.dead.dlq, how, q.Location())
+		}
+		if strings.HasPrefix(o.dead.dlq, MemoryPrefix) && q.db.Dir != "" {
+			_ = q.Close()
+			return nil, bindings.Errorf(bindings.CodeInvalidInput,
+				"dead-letter queue: a queue stored in a file needs one stored in a file too, got %s: the moves it records outlive this process, an in-memory queue does not", o.dead.dlq)
 		}
 		q.dead = o.dead
+	}
+	if !q.readOnly {
+		// Before any move: the legacy records confirm moves begun under
+		// an older localcloud (arrive).
+		if err := q.migrateArrivals(ctx); err != nil {
+			_ = q.Close()
+			return nil, opErr(err, "open queue store %q: move the arrival records of an older localcloud into lc_arrivals", q.Path())
+		}
 	}
 	if !q.readOnly && !q.internal {
 		q.recoverAtOpen(ctx)
@@ -222,11 +243,16 @@ func opErr(err error, format string, args ...any) error {
 	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
 }
 
-func (q *Queue) notify() {
+func (q *Queue) notify() { q.notifySent(0) }
+
+// notifySent is notify after sends whose largest new message id is lastID
+// (0: unknown, or no insert); the hint carries it so that `up` can tell the
+// insert is covered.
+func (q *Queue) notifySent(lastID int64) {
 	if q.notifier != nil {
 		q.notifier.MessageDue()
 	}
-	q.hints.messageDue()
+	q.hints.messageDue(lastID)
 }
 
 // Send enqueues ps (checked by the caller), due after delay: one message
@@ -239,18 +265,24 @@ func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) err
 	now := q.now().UnixMilli()
 	// The spec's insert is one statement: it runs as its own transaction.
 	stmt, args := insertStmt(p, now, delay)
-	if _, err := q.db.Exec(ctx, stmt, args...); err != nil {
+	res, err := q.db.Exec(ctx, stmt, args...)
+	if err != nil {
 		return opErr(err, "send")
 	}
-	q.notify()
+	id, _ := res.LastInsertId() // 0 on error: the hint then carries no id
+	q.notifySent(id)
 	return nil
 }
 
 // insert is the spec's send of p at now (unix ms), due after delay.
-func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) error {
+func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) (id int64, err error) {
 	stmt, args := insertStmt(p, now, delay)
-	_, err := tx.Exec(ctx, stmt, args...)
-	return err
+	res, err := tx.Exec(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	id, _ = res.LastInsertId() // 0 on error: the hint then carries no id
+	return id, nil
 }
 
 // insertStmt is the spec's send, with visible_at = enqueued_at + delay.
@@ -295,7 +327,7 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 	if len(moves) > 0 {
 		mctx, cancel := moveCtx(ctx)
 		defer cancel()
-		if err := q.transfer(mctx, moves); err != nil {
+		if _, err := q.transfer(mctx, moves, scope{}); err != nil {
 			q.hints.log.Warn("queue: cannot move dead letters now; retrying later", logKeyStore, q.Path(), logKeyErr, err)
 		}
 		if len(moves) >= maxMovesPerClaim && len(msgs) < max {
@@ -498,21 +530,9 @@ func (q *Queue) Purge(ctx context.Context) error {
 	return opErr(err, "purge")
 }
 
-// parseReceipt splits "{id}:{uuid}". ok is false for anything this store
-// could not have issued: the id in decimal without sign or leading zero,
-// the UUID in the canonical lower-case 8-4-4-4-12 form that uuid.NewString
-// gives (and Rust's uuid crate prints).
+// parseReceipt splits "{id}:{uuid}"; ok is false for anything this store
+// could not have issued (see ParseReceipt, the one rule).
 func parseReceipt(r string) (id int64, u string, ok bool) {
-	idStr, u, found := strings.Cut(r, ":")
-	if !found {
-		return 0, "", false
-	}
-	id, err := strconv.ParseInt(idStr, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != idStr {
-		return 0, "", false
-	}
-	if parsed, err := uuid.Parse(u); err != nil || parsed.String() != u {
-		return 0, "", false
-	}
-	return id, u, true
+	rc, err := ParseReceipt(r)
+	return rc.ID, rc.UUID, err == nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"math"
+	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
@@ -11,7 +12,7 @@ import (
 )
 
 const stmtRedriveSelect = `SELECT m.id, m.enqueued_at, m.attempt, m.payload_type, m.payload_data, m.receipt_handle, d.origin_store
-FROM messages m LEFT JOIN lc_dead_letters d ON d.dlq_message_id = m.id
+FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter'
 WHERE m.visible_at <= ?1 AND (m.enqueued_at > ?2 OR (m.enqueued_at = ?2 AND m.id > ?3))
 ORDER BY m.enqueued_at, m.id LIMIT ?4`
 
@@ -37,15 +38,20 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 		if err != nil {
 			return res, err
 		}
-		if loc == q.Location() {
-			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself (%s)", loc)
+		if same, how := sameStore(loc, q.Location()); same {
+			return res, bindings.Errorf(bindings.CodeInvalidInput, "redrive target: must be another queue than the dead-letter queue itself, got %s, which %s %s", loc, how, q.Location())
+		}
+		if strings.HasPrefix(loc, MemoryPrefix) && q.db.Dir != "" {
+			return res, bindings.Errorf(bindings.CodeInvalidInput,
+				"redrive target: a dead-letter queue stored in a file redrives only into queues stored in files, got %s: the moves it records outlive this process, an in-memory queue does not", loc)
 		}
 		o.to = loc
 	}
 	mctx, cancel := moveCtx(ctx)
 	defer cancel()
 	// Finish an earlier redrive (or move) cut short first.
-	if err := q.recoverMoves(mctx, math.MaxInt64); err != nil {
+	sc := scope{redriveTo: o.to, origins: o.to == ""}
+	if err := q.recoverMoves(mctx, math.MaxInt64, sc); err != nil {
 		return res, err
 	}
 	afterEnq, afterID := int64(math.MinInt64), int64(0)
@@ -76,9 +82,16 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 						skipped++
 						continue
 					}
+					if why := q.originOK(c.origin.String); why != "" {
+						q.hints.log.Warn("queue: redrive leaves a message here: its recorded origin is not a queue it may move to",
+							logKeyStore, q.Path(), "message", c.mv.id, "origin", c.origin.String, "reason", why)
+						skipped++
+						continue
+					}
 					dest = c.origin.String
 				}
 				mv := c.mv
+				mv.origin = c.origin.String
 				mv.dest, mv.kind, mv.binding = dest, kindRedrive, q.binding
 				if err := q.beginMove(ctx, tx, now, &mv); err != nil {
 					return err
@@ -93,10 +106,12 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 		afterEnq, afterID = lastEnq, lastID
 		res.Skipped += skipped
 		if len(moves) > 0 {
-			if err := q.transfer(mctx, moves); err != nil {
+			stuck, err := q.transfer(mctx, moves, sc)
+			if err != nil {
 				return res, err
 			}
-			res.Moved += len(moves)
+			res.Moved += len(moves) - len(stuck)
+			res.Skipped += len(stuck)
 		}
 		if scanned < limit {
 			break

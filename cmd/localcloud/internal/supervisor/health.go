@@ -62,6 +62,9 @@ func (s *store) check() string {
 			probs = append(probs, fmt.Sprintf("database file truncated: %d bytes is not a whole number of %d-byte pages; run localcloud check", size, s.pageSize))
 		}
 	}
+	if s.moves != "" {
+		probs = append(probs, s.moves+"; run localcloud check")
+	}
 	if len(probs) == 0 {
 		return HealthOK
 	}

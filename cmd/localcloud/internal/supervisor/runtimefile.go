@@ -39,13 +39,15 @@ const HealthOK = "ok"
 //	     "durability": "normal", "health": "ok"},
 //	    {"name": "orders", "type": "queue", "path": "/home/me/shop/.localcloud/queue/orders",
 //	     "subject": "localcloud.shop.orders.available", "visibilityTimeout": "45s",
-//	     "maxAttempts": 5, "deadLetter": "orders-dlq", "durability": "normal",
+//	     "visibilityTimeoutMs": 45000, "maxAttempts": 5, "deadLetter": "orders-dlq", "durability": "normal",
 //	     "health": "store directory deleted; not recreated"}
 //	  ]
 //	}
 //
 // path is the binding's store directory (absolute); subject, the NATS
-// subject of its wake-up hints, is set for queues only. health is "ok" or
+// subject of its wake-up hints, and visibilityTimeout (a Go duration) with
+// visibilityTimeoutMs (the same in whole milliseconds, for readers without
+// a Go-duration parser) are set for queues only. health is "ok" or
 // the problems found, joined by "; ". The top-level health covers the owner
 // lock file. lastReloadError is set while the stack file holds an edit that
 // could not be applied (the problems, one per line) and up keeps serving the
@@ -69,10 +71,12 @@ type RuntimeBinding struct {
 	Path              string `json:"path"`
 	Subject           string `json:"subject,omitempty"`
 	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
-	MaxAttempts       int    `json:"maxAttempts,omitempty"`
-	DeadLetter        string `json:"deadLetter,omitempty"`
-	Durability        string `json:"durability"`
-	Health            string `json:"health"`
+	// VisibilityTimeoutMs is VisibilityTimeout in whole milliseconds.
+	VisibilityTimeoutMs int64  `json:"visibilityTimeoutMs,omitempty"`
+	MaxAttempts         int    `json:"maxAttempts,omitempty"`
+	DeadLetter          string `json:"deadLetter,omitempty"`
+	Durability          string `json:"durability"`
+	Health              string `json:"health"`
 }
 
 // Binding returns the binding called name.

@@ -67,7 +67,11 @@ type Supervisor struct {
 	pid       int
 	startedAt time.Time
 
-	mu           sync.Mutex // guards everything below and serialises reloads and health checks
+	// reloadMu serialises Reload and Apply, which read files (the stack
+	// file, the stores they open) without holding mu.
+	reloadMu sync.Mutex
+
+	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
 	stores       map[string]*store
 	health       string // the owner lock's
@@ -133,7 +137,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		})
 		natsDone <- natsResult{srv, err}
 	}()
-	stores, storeErr := openStores(ctx, st.Bindings, s.log)
+	stores, storeErr := openStores(ctx, st, st.Bindings, s.log)
 	nr := <-natsDone
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
@@ -235,6 +239,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		if b.Type == config.TypeQueue {
 			rb.Subject = config.Subject(s.stack.Name, b.Name)
 			rb.VisibilityTimeout = b.VisibilityTimeout.String()
+			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
 			rb.DeadLetter = b.DeadLetter
 		}

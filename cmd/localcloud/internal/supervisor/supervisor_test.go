@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -98,6 +99,30 @@ func TestStartProvisionsAndCloseCleansUp(t *testing.T) {
 	q, ok := rt.Binding("orders")
 	if !ok || q.Subject != "localcloud.shop.orders.available" || q.VisibilityTimeout != "45s" || q.Health != HealthOK || q.Path != filepath.Join(st.DataDir, "queue", "orders") {
 		t.Errorf("orders = %+v", q)
+	}
+	// Programs in any language read the lease in milliseconds from the file.
+	raw, err := os.ReadFile(filepath.Join(st.DataDir, RuntimeFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk struct {
+		Bindings []map[string]any `json:"bindings"`
+	}
+	if err := json.Unmarshal(raw, &onDisk); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range onDisk.Bindings {
+		ms, has := b["visibilityTimeoutMs"]
+		switch b["name"] {
+		case "orders":
+			if ms != float64(45000) {
+				t.Errorf("runtime.json orders visibilityTimeoutMs = %v, want 45000:\n%s", ms, raw)
+			}
+		case "carts":
+			if has {
+				t.Errorf("runtime.json carts (kv) has visibilityTimeoutMs %v", ms)
+			}
+		}
 	}
 	if m := mode(t, filepath.Join(st.DataDir, RuntimeFileName)); m != 0o600 {
 		t.Errorf("runtime.json mode %04o", m)
