@@ -1,8 +1,6 @@
 package sqlstore_test
 
 import (
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -20,6 +18,8 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
