@@ -441,7 +441,8 @@ func fuzzQueue(t *testing.T, e hostileEnv, deadLetter bool) {
 	dlqPath := filepath.Join(e.dlq, queue.FileName)
 	metaBefore := rawRows(t, path, `SELECT key, value FROM meta ORDER BY key`)
 	// Messages with a pending move when the file was built.
-	moving := rawRows(t, path, `SELECT m.id FROM messages m JOIN lc_moves mv ON mv.message_id = m.id`)
+	// Each row is "id|token": a move is confirmed by its own token.
+	moving := rawRows(t, path, `SELECT m.id, mv.token FROM messages m JOIN lc_moves mv ON mv.message_id = m.id`)
 	before := testutil.StoreHashes(t, e.store)
 	var opts []queue.Option
 	if deadLetter {
@@ -476,12 +477,15 @@ func fuzzQueue(t *testing.T, e hostileEnv, deadLetter bool) {
 		}
 		arrived := map[string]bool{}
 		if deadLetter {
-			for _, r := range rawRows(t, dlqPath, `SELECT origin_id FROM lc_dead_letters WHERE origin_store = '`+strings.ReplaceAll(e.store, "'", "''")+`'`) {
+			// The arrival record of this very move (its token), not of
+			// any earlier message that had the same id.
+			for _, r := range rawRows(t, dlqPath, `SELECT move_token FROM lc_arrivals WHERE kind = 'dead-letter' AND origin_store = '`+strings.ReplaceAll(e.store, "'", "''")+`'`) {
 				arrived[r] = true
 			}
 		}
-		for _, id := range moving {
-			if !left[id] && !arrived[id] && !ackedIDs[id] {
+		for _, row := range moving {
+			id, token, _ := strings.Cut(row, "|")
+			if !left[id] && !arrived[token] && !ackedIDs[id] {
 				t.Errorf("message %s with a pending move is neither in its queue nor in the dead-letter queue %s", id, e.dlq)
 			}
 		}
