@@ -89,6 +89,10 @@ dlq_message_id INTEGER, -- messages.id here
 PRIMARY KEY (origin_store, origin_id)
 );
 CREATE INDEX IF NOT EXISTS lc_dead_letters_message ON lc_dead_letters (dlq_message_id);
+CREATE TABLE IF NOT EXISTS lc_dead_letter_reasons (
+dlq_message_id INTEGER PRIMARY KEY, -- messages.id here of a dead letter that was not spent but undeliverable
+reason TEXT NOT NULL -- why its origin could not deliver it (rows.go)
+);
 CREATE TABLE IF NOT EXISTS lc_redriven (
 dlq_store TEXT NOT NULL, -- location of the dead-letter queue
 dlq_id INTEGER NOT NULL, -- the message's messages.id there
@@ -183,7 +187,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 ON CONFLICT (message_id) DO UPDATE SET token = excluded.token
 RETURNING dest, kind, binding, attempts, last_receipt, started_at`
 	stmtPendingMoves = `SELECT mv.message_id, mv.dest, mv.kind, mv.binding, mv.attempts, mv.last_receipt, mv.started_at,
-m.payload_type, m.payload_data, m.enqueued_at
+m.id IS NOT NULL, m.payload_type, m.payload_data, m.enqueued_at
 FROM lc_moves mv LEFT JOIN messages m ON m.id = mv.message_id
 WHERE mv.started_at <= ?1 ORDER BY mv.message_id LIMIT ?2`
 	stmtStaleMove    = `SELECT 1 FROM lc_moves WHERE started_at <= ?1 LIMIT 1`
@@ -192,6 +196,7 @@ WHERE mv.started_at <= ?1 ORDER BY mv.message_id LIMIT ?2`
 	stmtDeadRecord   = `INSERT OR IGNORE INTO lc_dead_letters (origin_store, origin_id, origin_binding, attempts, last_receipt, origin_enqueued_at, moved_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
 	stmtDeadRecordID    = `UPDATE lc_dead_letters SET dlq_message_id = ?3 WHERE origin_store = ?1 AND origin_id = ?2`
+	stmtDeadReason      = `INSERT OR REPLACE INTO lc_dead_letter_reasons (dlq_message_id, reason) VALUES (?1, ?2)`
 	stmtRedriveRecord   = `INSERT OR IGNORE INTO lc_redriven (dlq_store, dlq_id, redriven_at) VALUES (?1, ?2, ?3)`
 	stmtRedriveRecordID = `UPDATE lc_redriven SET message_id = ?3 WHERE dlq_store = ?1 AND dlq_id = ?2`
 )
@@ -208,6 +213,7 @@ type move struct {
 	present     bool // the message row exists (read with the intent)
 	typ, data   string
 	enqueuedAt  int64
+	reason      string // why the message could not be delivered (rows.go), "" if it was spent
 }
 
 // beginMove is step 1 for mv (id, dest, kind, binding, attempts,
@@ -227,12 +233,15 @@ func (q *Queue) beginMove(ctx context.Context, tx *sqlstore.Tx, now time.Time, m
 // transaction.
 func (q *Queue) deadLetterIfSpent(ctx context.Context, tx *sqlstore.Tx, now time.Time, id int64) (move, bool, error) {
 	mv := move{id: id, dest: q.dead.dlq, kind: kindDeadLetter, binding: q.binding}
-	var receipt sql.NullString
-	if err := tx.QueryRow(ctx, stmtClaimInfo, id).Scan(&mv.attempts, &mv.typ, &mv.data, &mv.enqueuedAt, &receipt); err != nil {
+	r := storedRow{id: id, hasAttempt: true, hasReceipt: true}
+	if err := tx.QueryRow(ctx, stmtClaimInfo, id).Scan(&r.attempt, &r.typ, &r.data, &r.enq, &r.receipt); err != nil {
 		return move{}, false, err
 	}
-	if mv.attempts < q.dead.maxAttempts {
-		return move{}, false, nil
+	d := decodeRow(r) // total: rows another program wrote (rows.go)
+	mv.attempts, mv.typ, mv.data, mv.enqueuedAt, mv.reason = d.attempt, string(d.payload.Type), d.payload.Data, d.enqueuedAt, d.undeliverable
+	receipt := d.receipt
+	if d.payloadNull || (mv.reason == "" && mv.attempts < q.dead.maxAttempts) {
+		return move{}, false, nil // a NULL payload the claim leaves in place
 	}
 	if receipt.Valid {
 		mv.lastReceipt = sql.NullString{String: formatReceipt(id, receipt.String), Valid: true}
@@ -352,6 +361,11 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 	if err != nil {
 		return false, err
 	}
+	if mv.kind == kindDeadLetter && mv.reason != "" {
+		if _, err := tx.Exec(ctx, stmtDeadReason, id, mv.reason); err != nil {
+			return false, err
+		}
+	}
 	_, err = tx.Exec(ctx, setID, from, mv.id, id)
 	return err == nil, err
 }
@@ -414,14 +428,15 @@ func (q *Queue) pendingMoves(ctx context.Context, startedBefore int64) ([]move, 
 	var out []move
 	for rows.Next() {
 		var mv move
-		var typ, data sql.NullString
-		var enq sql.NullInt64
+		var r storedRow
 		if err := rows.Scan(&mv.id, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt,
-			&typ, &data, &enq); err != nil {
+			&mv.present, &r.typ, &r.data, &r.enq); err != nil {
 			return nil, err
 		}
-		mv.present = typ.Valid
-		mv.typ, mv.data, mv.enqueuedAt = typ.String, data.String, enq.Int64
+		if mv.present {
+			d := decodeRow(r) // total: rows another program wrote (rows.go)
+			mv.typ, mv.data, mv.enqueuedAt, mv.reason = string(d.payload.Type), d.payload.Data, d.enqueuedAt, d.undeliverable
+		}
 		out = append(out, mv)
 	}
 	return out, rows.Err()
