@@ -321,3 +321,53 @@ func findOdd(t *testing.T, db *sql.DB) []string {
 	}
 	return out
 }
+
+// TestOddRowsWaitAndRedrive: ReceiveWait wakes for a delayed message whose
+// visible_at is REAL, and a dead-letter queue holding rows another program
+// wrote redrives them all.
+func TestOddRowsWaitAndRedrive(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dir := filepath.Join(base, "q")
+	// A poll far beyond the wait: only the timer on the next visible_at
+	// can wake the waiter in time.
+	q := openFile(t, dir, queue.WithPollInterval(time.Hour))
+	db := foreignWriter(t, dir)
+	insertRows(t, db, oddRow{typ: "text", data: "later", enq: pyNow(0), vis: pyNow(-300 * time.Millisecond)})
+	start := time.Now()
+	msgs, err := q.ReceiveWait(ctx, 1, 30*time.Second)
+	if err != nil {
+		t.Fatalf("receive wait: %v", err)
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Errorf("receive wait returned after %s: woken by the end of the wait, not by the message's REAL visible_at 300ms on", waited)
+	}
+	if len(msgs) != 1 || msgs[0].Payload.Data != "later" {
+		t.Fatalf("receive wait gave %+v after %s, want the delayed message", msgs, time.Since(start))
+	}
+	if err := q.Ack(ctx, msgs[0].ReceiptHandle); err != nil {
+		t.Fatal(err)
+	}
+
+	dlqDir, target := filepath.Join(base, "dlq"), filepath.Join(base, "target")
+	dlq := openFile(t, dlqDir)
+	insertRows(t, foreignWriter(t, dlqDir), oddMix()...)
+	res, err := dlq.Redrive(ctx, queue.RedriveTo(target), queue.RedriveMax(100))
+	if err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	if res.Moved != len(oddMix()) {
+		t.Fatalf("redrive %+v, want %d moved", res, len(oddMix()))
+	}
+	got, err := openFile(t, target).Peek(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []string
+	for _, m := range got {
+		data = append(data, m.Payload.Data)
+	}
+	if strings.Join(data, ",") != "{\"n\":1},{not json,<a/>,blob payload,attempt text,plain" {
+		t.Fatalf("redriven payloads %q", data)
+	}
+}

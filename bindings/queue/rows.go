@@ -38,7 +38,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -75,9 +74,6 @@ type decodedRow struct {
 	payloadNull bool
 }
 
-// numberRE is a decimal number as SQLite's numeric affinity reads one.
-var numberRE = regexp.MustCompile(`^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$`)
-
 // quoted shows a stored value in a note: short, quoted, kind first.
 func quoted(v any) string {
 	switch v := v.(type) {
@@ -102,43 +98,20 @@ func cut(s string) string {
 	return s
 }
 
-// truncFloat is SQLite's CAST(REAL AS INTEGER): toward zero, clamped.
-func truncFloat(f float64) int64 {
+// intOf reads an INTEGER column (sqlstore.IntValue). ok is false when v
+// is no number; note is "" when v was an INTEGER.
+func intOf(col string, v any) (n int64, note string, ok bool) {
+	n, ok = sqlstore.IntValue(v, false)
 	switch {
-	case math.IsNaN(f):
-		return 0
-	case f >= math.MaxInt64:
-		return math.MaxInt64
-	case f <= math.MinInt64:
-		return math.MinInt64
+	case !ok:
+		return 0, fmt.Sprintf("%s is %s, not a number", col, quoted(v)), false
+	case isInt(v):
+		return n, "", true
 	}
-	return int64(f)
+	return n, fmt.Sprintf("%s is %s, read as %d", col, quoted(v), n), true
 }
 
-// intOf reads an INTEGER column. ok is false when v is no number; note is
-// "" when v was an INTEGER.
-func intOf(col string, v any) (n int64, note string, ok bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, "", true
-	case float64:
-		n = truncFloat(x)
-		return n, fmt.Sprintf("%s is %s, read as %d", col, quoted(v), n), true
-	case string:
-		if numberRE.MatchString(x) {
-			s := strings.TrimSpace(x)
-			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-				n = i
-			} else if f, err := strconv.ParseFloat(s, 64); err == nil {
-				n = truncFloat(f)
-			} else {
-				break
-			}
-			return n, fmt.Sprintf("%s is %s, read as %d", col, quoted(v), n), true
-		}
-	}
-	return 0, fmt.Sprintf("%s is %s, not a number", col, quoted(v)), false
-}
+func isInt(v any) bool { _, ok := v.(int64); return ok }
 
 // textOf reads a TEXT column as the string a caller gets. null reports a
 // NULL.
