@@ -371,3 +371,94 @@ func TestOddRowsWaitAndRedrive(t *testing.T) {
 		t.Fatalf("redriven payloads %q", data)
 	}
 }
+
+// oddValue turns a fuzzed kind and bytes into a value of that SQLite
+// storage class.
+func oddValue(kind byte, b []byte) any {
+	switch kind % 6 {
+	case 0:
+		return nil
+	case 1:
+		var n int64
+		for _, c := range b {
+			n = n<<8 | int64(c)
+		}
+		return n
+	case 2:
+		var n int64
+		for _, c := range b {
+			n = n<<8 | int64(c)
+		}
+		return float64(n) / 7
+	case 3:
+		return string(b)
+	case 4:
+		return b
+	}
+	return time.Now().UnixMilli()
+}
+
+// FuzzOddRow inserts one row of fuzzed values into a real store (a table
+// without the spec's NOT NULLs, as another program may create it, so NULLs
+// get in too) and asserts that receive, peek, stats and CheckRows neither
+// fail nor panic, and that every row a receive claimed was returned.
+func FuzzOddRow(f *testing.F) {
+	f.Add(byte(3), []byte("json"), byte(3), []byte("{not json"), byte(2), []byte{1, 2}, byte(5), []byte{}, byte(1), []byte{0})
+	f.Add(byte(0), []byte{}, byte(0), []byte{}, byte(0), []byte{}, byte(0), []byte{}, byte(0), []byte{})
+	f.Add(byte(4), []byte{0xff, 0xfe}, byte(4), []byte{0}, byte(3), []byte("12"), byte(3), []byte("x"), byte(3), []byte("many"))
+	f.Add(byte(3), []byte("text"), byte(1), []byte{42}, byte(3), []byte("yesterday"), byte(5), []byte{}, byte(2), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	dir := f.TempDir()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('format', 'localqueue.v1');
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, payload_type TEXT, payload_data TEXT,
+enqueued_at INTEGER, visible_at INTEGER, attempt INTEGER DEFAULT 0, receipt_handle TEXT)`); err != nil {
+		f.Fatal(err)
+	}
+	q, err := queue.Open(ctx, dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer q.Close()
+	f.Fuzz(func(t *testing.T, tk byte, tb []byte, dk byte, db_ []byte, ek byte, eb []byte, vk byte, vb []byte, ak byte, ab []byte) {
+		if err := q.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt) VALUES (?1, ?2, ?3, ?4, ?5)`,
+			oddValue(tk, tb), oddValue(dk, db_), oddValue(ek, eb), oddValue(vk, vb), oddValue(ak, ab)); err != nil {
+			t.Skip(err)
+		}
+		for _, max := range []int{1, 2} {
+			msgs, err := q.Receive(ctx, max, queue.WithVisibility(time.Millisecond))
+			if err != nil {
+				t.Fatalf("receive(%d): %v", max, err)
+			}
+			var claimed int
+			if err := db.QueryRow(`SELECT COUNT(*) FROM messages WHERE receipt_handle IS NOT NULL AND visible_at > ?1`, time.Now().UnixMilli()-5).Scan(&claimed); err != nil {
+				t.Fatal(err)
+			}
+			if claimed > len(msgs) {
+				t.Fatalf("receive(%d) claimed %d rows and returned %d", max, claimed, len(msgs))
+			}
+			time.Sleep(2 * time.Millisecond) // the 1 ms lease ends
+		}
+		if _, err := q.Peek(ctx, 10); err != nil {
+			t.Fatalf("peek: %v", err)
+		}
+		if _, err := q.Stats(ctx); err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := queue.Format().CheckRows(ctx, conn); err != nil {
+			t.Fatalf("check rows: %v", err)
+		}
+	})
+}
