@@ -45,6 +45,8 @@ var format = sqlstore.Format{
 	File:   FileName,
 	Schema: Schema,
 	OpCode: bindings.CodeKVOperationFailed,
+	// Rows another program wrote (rows.go).
+	CheckRows: checkRows,
 }
 
 // Format returns the description of localkv.v1 used by the store plumbing.
@@ -139,18 +141,12 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if !found {
 		return nil, false, nil
 	}
-	if exp, ok := row[1].(int64); ok && exp <= now {
+	if expired(row[1], now) { // a REAL from another program too (rows.go)
 		return nil, false, s.deleteExpired(ctx, key, now)
 	}
-	switch v := row[0].(type) {
-	case []byte:
-		if v != nil {
-			return v, true, nil
-		}
-	case string: // TEXT written by another program into the BLOB column
-		return []byte(v), true, nil
-	}
-	return []byte{}, true, nil
+	// TEXT, a number or NULL written by another program into the BLOB
+	// column: rows.go.
+	return valueBytes(row[0]), true, nil
 }
 
 // Exists reports whether key holds a live value.
@@ -167,7 +163,7 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	if !found {
 		return false, nil
 	}
-	if exp, ok := row[0].(int64); ok && exp <= now {
+	if expired(row[0], now) {
 		return false, s.deleteExpired(ctx, key, now)
 	}
 	return true, nil

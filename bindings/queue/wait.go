@@ -2,10 +2,10 @@ package queue
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // stmtNextVisible finds when the next message that is not due yet becomes
@@ -90,12 +90,13 @@ func (q *Queue) nextVisible(ctx context.Context, after time.Time) (next time.Tim
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	var v sql.NullInt64
+	var v any // a REAL from another program (rows.go) is rounded up: the row is not due before
 	if err := st.QueryRowContext(ctx, after.UnixMilli()).Scan(&v); err != nil {
 		return time.Time{}, false, err
 	}
-	if !v.Valid {
+	ms, ok := sqlstore.IntValue(v, true)
+	if !ok { // none, or only visible_at values that are no number: never due
 		return time.Time{}, false, nil
 	}
-	return time.UnixMilli(v.Int64), true, nil
+	return time.UnixMilli(ms), true, nil
 }

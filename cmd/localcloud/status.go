@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +19,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // countTimeout bounds the count queries on one store.
@@ -247,13 +247,13 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		}
 		defer q.Close()
 		var c queueCounts
-		var oldest sql.NullInt64
+		var oldest any // a REAL from another program is read as its integer part
 		if err := q.DB().R.QueryRowContext(ctx, stmtQueueCounts, ms).Scan(&c.Due, &c.InFlight, &oldest); err != nil {
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
 		}
-		if oldest.Valid && oldest.Int64 < ms {
-			c.OldestAgeMillis = ms - oldest.Int64
+		if o, ok := sqlstore.IntValue(oldest, false); ok && o < ms {
+			c.OldestAgeMillis = ms - o
 		}
 		sb.Queue = &c
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -376,11 +377,16 @@ func (w *watched) look(force bool) (changed bool) {
 			w.publish(due)
 		}
 	}
-	var next sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next); err != nil {
+	var raw any
+	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&raw); err != nil {
 		w.failed("find the next visible_at", err)
 		return changed
 	}
+	// Another program may store a REAL visible_at (Python's
+	// time.time()*1000): rounded up, as the row is not due before. A value
+	// that is no number is never due.
+	var next sql.NullInt64
+	next.Int64, next.Valid = sqlstore.IntValue(raw, true)
 	w.failures = 0
 	w.arm(next)
 	return changed
