@@ -132,10 +132,10 @@ func New(addr string, opts Options) (*Server, error) {
 		csrf:   randomHex(32),
 		sessID: randomHex(32),
 		hosts: map[string]bool{
-			strings.ToLower(addr):                      true,
-			"localhost:" + port:                        true,
-			"127.0.0.1:" + port:                        true,
-			"[::1]:" + port:                            true,
+			strings.ToLower(addr): true,
+			"localhost:" + port:   true,
+			"127.0.0.1:" + port:   true,
+			"[::1]:" + port:       true,
 		},
 	}
 	s.feed = newFeed(s)

@@ -422,12 +422,12 @@ func TestSendPurgeAndTheirMistakes(t *testing.T) {
 		t.Errorf("stored %+v", ms[0].Payload)
 	}
 	mistakes := map[string]string{
-		`{"type":"json","data":"{nope"}`:       "data: type json but not valid JSON",
-		`{"type":"xml","data":"x"}`:            `type: must be text or json, got \"xml\"`,
-		`{"data":"x","delay":"soon"}`:          "delay: must be a duration",
-		`{"data":"x","delay":"13h"}`:           "delay: must be a duration between 0s and 12h0m0s",
-		`{"data":"x","color":"red"}`:           `unknown field \"color\"`,
-		``:                                     "body: empty",
+		`{"type":"json","data":"{nope"}`: "data: type json but not valid JSON",
+		`{"type":"xml","data":"x"}`:      `type: must be text or json, got \"xml\"`,
+		`{"data":"x","delay":"soon"}`:    "delay: must be a duration",
+		`{"data":"x","delay":"13h"}`:     "delay: must be a duration between 0s and 12h0m0s",
+		`{"data":"x","color":"red"}`:     `unknown field \"color\"`,
+		``:                               "body: empty",
 		`{"data":"` + strings.Repeat("x", queue.MaxPayloadBytes+1) + `"}`: "payload: must be at most 65536 bytes",
 	}
 	for body, want := range mistakes {
@@ -587,10 +587,10 @@ func TestKVBrowsePutGetDelete(t *testing.T) {
 		t.Error("kv page lacks the value, its size or its TTL")
 	}
 	for body, want := range map[string]string{
-		`{"key":"bad key","value":"v"}`:             "key: may hold only",
-		`{"key":"k","value":"zz","encoding":"hex"}`: "value: encoding hex but not hex digits",
-		`{"key":"k","value":"v","encoding":"rot13"}`: `encoding: must be text, hex or base64, got \"rot13\"`,
-		`{"key":"k","value":"v","ttl":"-1s"}`:       "ttl: must be a duration",
+		`{"key":"bad key","value":"v"}`:                                         "key: may hold only",
+		`{"key":"k","value":"zz","encoding":"hex"}`:                             "value: encoding hex but not hex digits",
+		`{"key":"k","value":"v","encoding":"rot13"}`:                            `encoding: must be text, hex or base64, got \"rot13\"`,
+		`{"key":"k","value":"v","ttl":"-1s"}`:                                   "ttl: must be a duration",
 		`{"key":"k","value":"` + strings.Repeat("x", kv.MaxValueBytes+1) + `"}`: "value",
 	} {
 		if b := e.want(http.MethodPost, "/api/kv/carts/put", body, 400); !strings.Contains(b, want) {
@@ -601,7 +601,6 @@ func TestKVBrowsePutGetDelete(t *testing.T) {
 	e.want(http.MethodGet, "/api/kv/carts/value?key=bin", "", 404)
 	e.want(http.MethodGet, "/api/kv/carts/value?key=", "", 400)
 }
-
 
 // readEvents reads the event stream until match returns true or d passes.
 func readEvents(t *testing.T, body io.Reader, d time.Duration, match func(Event) bool) bool {
@@ -676,7 +675,9 @@ func TestEventStream(t *testing.T) {
 	if _, err := k.Put(t.Context(), "n", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	if !readEvents(t, res.Body, 5*time.Second, func(ev Event) bool { return ev.Kind == KindKeys && ev.Binding == "carts" && ev.Text == "+1 live key(s)" }) {
+	if !readEvents(t, res.Body, 5*time.Second, func(ev Event) bool {
+		return ev.Kind == KindKeys && ev.Binding == "carts" && ev.Text == "+1 live key(s)"
+	}) {
 		t.Fatal("no keys event")
 	}
 	// A health change: the store directory disappears.
