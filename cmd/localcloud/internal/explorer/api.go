@@ -1,6 +1,7 @@
 package explorer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -341,18 +342,13 @@ func toMessageJSON(m queue.PeekedMessage, now time.Time) messageJSON {
 	return out
 }
 
-// prettyJSON indents valid JSON; anything else comes back as it is.
+// prettyJSON indents valid JSON, keeping its strings as written (no HTML
+// escapes: the page escapes); anything else comes back as it is.
 func prettyJSON(s string) string {
-	var buf strings.Builder
-	var v json.RawMessage
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, []byte(s), "", "  "); err != nil {
 		return s
 	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return s
-	}
-	buf.Write(b)
 	return buf.String()
 }
 

@@ -774,3 +774,30 @@ func TestEnvAsyncAPIAndAssets(t *testing.T) {
 		t.Errorf("CSP = %q", csp)
 	}
 }
+
+func TestKVPagesFollowTheCursor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	k, _ := e.sup.KV("carts")
+	for i := range DefaultPageSize + 5 {
+		if _, err := k.Put(t.Context(), "user:"+strconv.Itoa(1000+i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, prefix := range []string{"user:", ""} {
+		page := e.want(http.MethodGet, "/kv/carts?prefix="+prefix, "", 200)
+		if n := strings.Count(page, `<tr class="key`); n != DefaultPageSize {
+			t.Fatalf("prefix %q page 1: %d keys", prefix, n)
+		}
+		_, rest, ok := strings.Cut(page, `id="next-page" href="`)
+		if !ok {
+			t.Fatalf("prefix %q: no next link", prefix)
+		}
+		link, _, _ := strings.Cut(rest, `"`)
+		link = strings.ReplaceAll(link, "&amp;", "&")
+		page = e.want(http.MethodGet, link, "", 200)
+		if n := strings.Count(page, `<tr class="key`); n != 5 || !strings.Contains(page, ">user:1050<") || strings.Contains(page, `id="next-page"`) {
+			t.Errorf("prefix %q page 2 (%s): %d keys", prefix, link, n)
+		}
+	}
+}

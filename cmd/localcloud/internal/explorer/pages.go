@@ -33,7 +33,6 @@ var funcs = template.FuncMap{
 		}
 		return fmtAge(time.Duration(ms) * time.Millisecond)
 	},
-	"query": url.QueryEscape,
 }
 
 func fmtAge(d time.Duration) string {
