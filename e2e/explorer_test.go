@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,4 +272,68 @@ func TestExplorerInABrowser(t *testing.T) {
 	}
 	shoot(t, ctx, shots, "activity")
 	t.Logf("screenshots in %s", shots)
+}
+
+func TestExplorerURLAndTakenPort(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, "  carts:\n    type: kv\n")
+	p, _ := s.up(t)
+	st := s.status(t)
+	if !strings.HasPrefix(st.Explorer, "http://127.0.0.1:") {
+		t.Fatalf("status explorerUrl = %q", st.Explorer)
+	}
+	if code, out, _ := runCLI(t, "status", "-f", s.file); code != 0 || !strings.Contains(out, "explorer: "+st.Explorer) {
+		t.Errorf("status: %d\n%s", code, out)
+	}
+	res, err := http.Get(st.Explorer + "api/bindings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/bindings: %d", res.StatusCode)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.waitExit(eventTimeout); code != 0 {
+		t.Fatalf("up exit %d", code)
+	}
+
+	// A port the stack sets that is taken stops up with a Try.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	text := strings.Replace(stackText("  carts:\n    type: kv\n"), "explorer:\n  listen: 127.0.0.1:0", "explorer:\n  listen: "+l.Addr().String(), 1)
+	if err := os.WriteFile(s.file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "up", "-f", s.file)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	for _, w := range []string{"Error: explorer.listen: " + l.Addr().String() + " is taken", "Try: ", "explorer: off"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if st := s.status(t); st.Running {
+		t.Error("the failed up still holds the lock")
+	}
+}
+
+func TestExplorerOff(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, "  carts:\n    type: kv\n")
+	text := strings.Replace(stackText("  carts:\n    type: kv\n"), "explorer:\n  listen: 127.0.0.1:0", "explorer: off", 1)
+	if err := os.WriteFile(s.file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, ready := s.up(t)
+	if strings.Contains(ready, "explorer=") || !strings.Contains(p.stdout.String(), "explorer      off") {
+		t.Errorf("ready %q, summary:\n%s", ready, p.stdout.String())
+	}
+	if st := s.status(t); st.Explorer != "" {
+		t.Errorf("explorerUrl %q with the explorer off", st.Explorer)
+	}
 }

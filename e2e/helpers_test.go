@@ -348,6 +348,7 @@ type statusOut struct {
 	Running   bool   `json:"running"`
 	PID       int    `json:"pid"`
 	NATSURL   string `json:"natsUrl"`
+	Explorer  string `json:"explorerUrl"`
 	Stack     string `json:"stack"`
 	Bindings  []statusBinding
 	LastError string `json:"lastReloadError"`

@@ -74,7 +74,11 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	c.printSummary(sup, st, exp)
-	log.Info(readyMsg, "nats", sup.URL(), "explorer", exp.url(), "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())
+	attrs := []any{"nats", sup.URL()}
+	if exp != nil {
+		attrs = append(attrs, "explorer", exp.url())
+	}
+	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
 
 	var stopCause any
 	for stopCause == nil {

@@ -130,6 +130,9 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	if st.Notify != old.Notify {
 		s.log.Warn("notify settings changed; they apply after a restart of localcloud up", "url", s.nats.URL())
 	}
+	if st.Explorer != old.Explorer {
+		s.log.Warn("explorer settings changed; they apply after a restart of localcloud up", "url", s.opts.ExplorerURL)
+	}
 	var toOpen []config.Binding
 	for _, b := range st.Bindings {
 		cur, ok := s.stores[b.Name]
