@@ -44,3 +44,12 @@ func TestParseExplorer(t *testing.T) {
 			want: []string{"4:3: explorer.port: unknown field; expected one of listen, readOnly"}},
 	})
 }
+
+// TestControlCharacterNamed checks that a control character is named with
+// its line however shallow the file's brackets are: the hostile-stack e2e
+// test feeds the binary itself, whose first bytes changed with every build.
+func TestControlCharacterNamed(t *testing.T) {
+	t.Parallel()
+	_, err := parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: \x7f\n")
+	wantProblems(t, err, "3:0: : invalid YAML: control character 0x7f is not allowed")
+}

@@ -175,6 +175,12 @@ func (p *parser) decode(data []byte) *yaml.Node {
 			p.addf(nil, "", "file is empty; a stack file starts with version: %d and name:", Version)
 			return nil
 		}
+		// yaml.v3 says only "control characters are not allowed" or
+		// "invalid UTF-8"; name the byte and its line instead.
+		if msg, line := notText(data); msg != "" {
+			p.addf(&yaml.Node{Line: line}, "", "invalid YAML: %s", msg)
+			return nil
+		}
 		p.syntax(err)
 		return nil
 	}
