@@ -130,8 +130,14 @@ func TestExplorerInABrowser(t *testing.T) {
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || !strings.Contains(ready, "explorer="+rt.ExplorerURL) {
 		t.Fatalf("explorerUrl %q, ready line %q", rt.ExplorerURL, ready)
 	}
-	if !regexp.MustCompile(`(?m)^  explorer +` + regexp.QuoteMeta(rt.ExplorerURL) + `$`).MatchString(p.stdout.String()) {
-		t.Errorf("the summary does not show the explorer URL:\n%s", p.stdout.String())
+	// stdout is read apart from stderr: the summary may land after the
+	// ready line.
+	summaryRE := regexp.MustCompile(`(?m)^  explorer +` + regexp.QuoteMeta(rt.ExplorerURL) + `$`)
+	for deadline := time.Now().Add(eventTimeout); !summaryRE.MatchString(p.stdout.String()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the summary does not show the explorer URL:\n%s", p.stdout.String())
+			break
+		}
 	}
 	shots := t.TempDir()
 	due := `document.querySelector('tr[data-binding="orders"] [data-f="due"]').textContent`
@@ -330,8 +336,14 @@ func TestExplorerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, ready := s.up(t)
-	if strings.Contains(ready, "explorer=") || !strings.Contains(p.stdout.String(), "explorer      off") {
-		t.Errorf("ready %q, summary:\n%s", ready, p.stdout.String())
+	if strings.Contains(ready, "explorer=") {
+		t.Errorf("ready line %q names an explorer", ready)
+	}
+	for deadline := time.Now().Add(eventTimeout); !strings.Contains(p.stdout.String(), "explorer      off"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the summary does not say the explorer is off:\n%s", p.stdout.String())
+			break
+		}
 	}
 	if st := s.status(t); st.Explorer != "" {
 		t.Errorf("explorerUrl %q with the explorer off", st.Explorer)
