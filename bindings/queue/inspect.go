@@ -18,7 +18,8 @@ const MaxPeekLimit = 1000
 const (
 	stmtPeek = `SELECT id, payload_type, payload_data, enqueued_at, visible_at, attempt, receipt_handle
 FROM messages ORDER BY enqueued_at, id LIMIT ?1`
-	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at)
+	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at),
+COALESCE(SUM(CASE WHEN visible_at > ?1 AND attempt = 0 THEN 1 ELSE 0 END), 0)
 FROM messages`
 	// With localcloud's own tables (deadletter.go), which a store written
 	// only by a spec-exact implementation and opened read-only lacks.
@@ -157,7 +158,10 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 type Stats struct {
 	Due      int64 // visible_at <= now
 	InFlight int64 // visible_at > now: leased (or delayed)
-	Total    int64
+	// Delayed counts the InFlight messages never delivered yet: sent with a
+	// delay that has not passed. InFlight - Delayed are leased.
+	Delayed int64
+	Total   int64
 	// Oldest is the enqueue time of the oldest message; zero when empty.
 	Oldest time.Time
 	// DeadLetters counts the messages moved here from a queue whose
@@ -173,7 +177,7 @@ type Stats struct {
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var oldest any // MIN over numbers first: REAL from another program (rows.go), TEXT only if no number
-	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &oldest); err != nil {
+	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &oldest, &s.Delayed); err != nil {
 		return Stats{}, opErr(err, "stats")
 	}
 	s.InFlight = s.Total - s.Due
