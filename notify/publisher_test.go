@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"sync"
 	"testing"
 	"time"
@@ -8,7 +9,7 @@ import (
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
-func newTestPublisher(t testing.TB, s *Server, opts PublisherOptions) *Publisher {
+func newTestPublisher(t testing.TB, s *hintserver.Server, opts PublisherOptions) *Publisher {
 	t.Helper()
 	p, err := DialPublisher(s.URL(), "", opts)
 	if err != nil {

@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"database/sql"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func TestOddRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	probs, err := kv.Format().CheckRows(ctx, conn)
+	probs, err := sqlitekv.Format().CheckRows(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}

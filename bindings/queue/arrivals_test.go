@@ -3,6 +3,8 @@ package queue_test
 import (
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,7 +158,7 @@ VALUES (%d, 'crafted-%d', '%s', '%s', '', 1, NULL, %d)`, i+1, i, dest.loc, dest.
 	if _, err := q.Redrive(ctx); err != nil {
 		t.Fatalf("Redrive: %v", err)
 	}
-	refs, err := q.References(ctx)
+	refs, err := mustEngine(t, q).References(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,4 +189,14 @@ VALUES (%d, 'crafted-%d', '%s', '%s', '', 1, NULL, %d)`, i+1, i, dest.loc, dest.
 			t.Errorf("References lack %q: %v", k, refs)
 		}
 	}
+}
+
+// mustEngine returns the SQLite engine under q.
+func mustEngine(t *testing.T, q *queue.Queue) *sqlitequeue.Queue {
+	t.Helper()
+	e, err := admin.Queue(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -438,7 +439,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			if mode != "baseline" {
 				var opts []queue.Option
-				var srv *notify.Server
+				var srv *hintserver.Server
 				subject := notify.Subject("bench", "idle")
 				if mode == "nats" {
 					srv = hwServer(b)

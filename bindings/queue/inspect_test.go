@@ -34,7 +34,7 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ro, err := queue.Open(ctx, dir, queue.ReadOnly(), queue.WithClock(clock))
+	ro, err := queue.Open(ctx, dir, queue.WithReadOnly(), queue.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}

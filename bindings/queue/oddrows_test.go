@@ -3,6 +3,7 @@ package queue_test
 import (
 	"database/sql"
 	"encoding/json"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -311,7 +312,7 @@ func findOdd(t *testing.T, db *sql.DB) []string {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	probs, err := queue.Format().CheckRows(ctx, conn)
+	probs, err := sqlitequeue.Format().CheckRows(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +458,7 @@ enqueued_at INTEGER, visible_at INTEGER, attempt INTEGER DEFAULT 0, receipt_hand
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		if _, err := queue.Format().CheckRows(ctx, conn); err != nil {
+		if _, err := sqlitequeue.Format().CheckRows(ctx, conn); err != nil {
 			t.Fatalf("check rows: %v", err)
 		}
 	})

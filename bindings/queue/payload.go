@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // PayloadType is the payload_type column: "text" or "json".
@@ -137,3 +138,9 @@ func (p Payload) validate(field string) error {
 	}
 	return nil
 }
+
+// driver is the payload as engines see it.
+func (p Payload) driver() driver.Payload { return driver.Payload{Type: string(p.Type), Data: p.Data} }
+
+// payloadOf is an engine's payload as callers see it.
+func payloadOf(p driver.Payload) Payload { return Payload{Type: PayloadType(p.Type), Data: p.Data} }

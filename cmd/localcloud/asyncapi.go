@@ -4,9 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/asyncapi"
 
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // asyncapiCommand prints the AsyncAPI 3.0.0 document of a stack's hint
@@ -18,7 +18,7 @@ type asyncapiCommand struct {
 func (c *asyncapiCommand) flags() (fs *flag.FlagSet, file, format *string) {
 	fs = newFlagSet("asyncapi")
 	file = stackFlag(fs)
-	format = fs.String("format", string(notify.FormatJSON), "output `FORMAT`: json or yaml")
+	format = fs.String("format", string(asyncapi.FormatJSON), "output `FORMAT`: json or yaml")
 	return fs, file, format
 }
 
@@ -30,15 +30,15 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	f := notify.AsyncAPIFormat(*format)
-	if f != notify.FormatJSON && f != notify.FormatYAML {
+	f := asyncapi.Format(*format)
+	if f != asyncapi.FormatJSON && f != asyncapi.FormatYAML {
 		return &usageError{msg: fmt.Sprintf("-format must be json or yaml, got %q", *format), try: "localcloud asyncapi --format yaml"}
 	}
 	st, err := c.app.loadStack(*file)
 	if err != nil {
 		return err
 	}
-	doc, err := notify.AsyncAPI(asyncAPIInput(st, f))
+	doc, err := asyncapi.Generate(asyncAPIInput(st, f))
 	if err != nil {
 		return err
 	}
@@ -49,8 +49,8 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 // asyncAPIInput describes st's hint channels: one per queue binding, on the
 // server of notify.listen. It depends on the stack file only, so the
 // document is the same whether up runs or not.
-func asyncAPIInput(st *config.Stack, f notify.AsyncAPIFormat) notify.AsyncAPIInput {
-	in := notify.AsyncAPIInput{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
+func asyncAPIInput(st *config.Stack, f asyncapi.Format) asyncapi.Input {
+	in := asyncapi.Input{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
 	for _, b := range st.Bindings {
 		if b.Type == config.TypeQueue {
 			in.Bindings = append(in.Bindings, b.Name)

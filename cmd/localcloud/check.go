@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
@@ -51,9 +53,9 @@ type checkStoreJSON struct {
 
 func formatOf(t config.Type) sqlstore.Format {
 	if t == config.TypeQueue {
-		return queue.Format()
+		return sqlitequeue.Format()
 	}
-	return kv.Format()
+	return sqlitekv.Format()
 }
 
 func (c *checkCommand) Run(ctx context.Context, args []string) error {
@@ -170,7 +172,8 @@ func checkStore(ctx context.Context, st *config.Stack, b config.Binding) (checkS
 		add(problemStore, "", fmt.Sprintf("%s is not a directory", b.Path))
 		return r, nil
 	}
-	checkMode(&r, b.Path, di, supervisor.DirMode, "store directory")
+	v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode())
+	checkMode(&r, b.Path, v, msg)
 	fi, err := os.Stat(r.File)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -185,18 +188,19 @@ func checkStore(ctx context.Context, st *config.Stack, b config.Binding) (checkS
 		return r, nil
 	}
 	r.Exists = true
-	checkMode(&r, r.File, fi, supervisor.FileMode, "database file")
+	v, msg = sqlstore.FileModeVerdict(r.File, fi.Mode())
+	checkMode(&r, r.File, v, msg)
 	sides := []string{"-wal", "-shm"}
 	existed := map[string]bool{}
 	for _, side := range sides {
 		_, err := os.Stat(r.File + side)
 		existed[side] = err == nil
 	}
-	v, err := sqlstore.Verify(ctx, r.File, f)
+	ver, err := sqlstore.Verify(ctx, r.File, f)
 	if err != nil {
 		return r, fmt.Errorf("check %s: %w", b.Name, err)
 	}
-	if b.Type == config.TypeQueue && v.OK() {
+	if b.Type == config.TypeQueue && ver.OK() {
 		for _, p := range queueMoveProblems(ctx, st, b) {
 			add(problemMove, "table lc_moves", p)
 		}
@@ -206,33 +210,31 @@ func checkStore(ctx context.Context, st *config.Stack, b config.Binding) (checkS
 	// database file's mode, and leaves them.
 	for _, side := range sides {
 		if si, err := os.Stat(r.File + side); err == nil {
-			what := f.File + side
-			if !existed[side] {
-				what += " (created by SQLite for this read, with the database file's mode)"
+			v, msg := sqlstore.FileModeVerdict(r.File+side, si.Mode())
+			if !existed[side] && msg != "" {
+				msg += " (" + f.File + side + " was created by SQLite for this read, with the database file's mode)"
 			}
-			checkMode(&r, r.File+side, si, supervisor.FileMode, what)
+			checkMode(&r, r.File+side, v, msg)
 		}
 	}
-	r.Problems = append(r.Problems, v.Problems...)
-	r.Notes = append(r.Notes, v.Notes...)
-	r.Objects = v.Objects
+	r.Problems = append(r.Problems, ver.Problems...)
+	r.Notes = append(r.Notes, ver.Notes...)
+	r.Objects = ver.Objects
 	r.OK = len(r.Problems) == 0
 	return r, nil
 }
 
-// checkMode reports a mode other than want: looser (group or others get
-// access) or without the owner's access up needs.
-func checkMode(r *checkStoreJSON, path string, fi os.FileInfo, want os.FileMode, what string) {
-	got := fi.Mode().Perm()
-	if got == want {
-		return
+// checkMode reports a mode by the store file-mode policy (the one open
+// applies): a mode it refuses (group or others can write) or one without
+// the owner's access is a problem; one it warns about (group or others can
+// read) is a note.
+func checkMode(r *checkStoreJSON, path string, v sqlstore.ModeVerdict, msg string) {
+	switch v {
+	case sqlstore.ModeRefuse, sqlstore.ModeOwner:
+		r.Problems = append(r.Problems, sqlstore.Problem{Kind: problemMode, Object: path, Message: msg})
+	case sqlstore.ModeWarn:
+		r.Notes = append(r.Notes, msg)
 	}
-	why := "the owner lacks access localcloud needs"
-	if got&^want != 0 {
-		why = "looser than " + fmt.Sprintf("%04o", want) + ": group or others have access"
-	}
-	r.Problems = append(r.Problems, sqlstore.Problem{Kind: problemMode, Object: path,
-		Message: fmt.Sprintf("%s %s has mode %04o, want %04o (%s)", what, path, got, want, why)})
 }
 
 func (c *checkCommand) Usage() {
@@ -245,8 +247,10 @@ Usage:
   localcloud check [-f FILE] [--json] [BINDING...]
 
 For every binding (or the ones named) check verifies:
-  - the store directory has mode 0700 and the database file and its -wal
-    and -shm files mode 0600 (a looser mode is a problem);
+  - the modes of the store directory (created 0700) and of the database
+    file and its -wal and -shm files (created 0600), by the policy open
+    applies: group or others able to write is a problem, able only to read
+    (0750, 0644) a note;
   - the database file is whole (a SQLite header, whole pages, as many as
     its header says) and a non-empty -wal belongs to it (held by a running
     process, or recorded in the -shm a crashed writer left); a -wal that
@@ -282,12 +286,16 @@ Flags:
 // queueMoveProblems reads the unfinished moves of queue binding b's store
 // through a read-only handle and returns those up would leave in place.
 func queueMoveProblems(ctx context.Context, st *config.Stack, b config.Binding) []string {
-	q, err := queue.Open(ctx, b.Path, queue.ReadOnly())
+	q, err := queue.Open(ctx, b.Path, queue.WithReadOnly())
 	if err != nil {
 		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
 	}
 	defer q.Close()
-	refs, err := q.References(ctx)
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	refs, err := eq.References(ctx)
 	if err != nil {
 		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
 	}

@@ -230,7 +230,7 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	defer q.Close()
 	var opts []queue.ReceiveOption
 	if *vis != 0 {
-		opts = append(opts, queue.WithVisibility(*vis))
+		opts = append(opts, queue.ReceiveVisibility(*vis))
 	}
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()

@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
@@ -68,7 +68,7 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	var checks []sqlstore.RestoreCheck
 	if b.Type == config.TypeQueue {
 		checks = append(checks, func(ctx context.Context, db *sql.DB) error {
-			refs, err := queue.ReadReferences(ctx, db)
+			refs, err := sqlitequeue.ReadReferences(ctx, db)
 			if err != nil {
 				return err
 			}

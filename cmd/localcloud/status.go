@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,7 +20,6 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // countTimeout bounds the count queries on one store.
@@ -180,8 +180,8 @@ func offlineHealth(b config.Binding) string {
 		return fmt.Sprintf("cannot stat store directory: %v", err)
 	}
 	var probs []string
-	if perm := di.Mode().Perm(); perm != supervisor.DirMode {
-		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, supervisor.DirMode))
+	if v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+		probs = append(probs, msg)
 	}
 	name := kv.FileName
 	if b.Type == config.TypeQueue {
@@ -193,27 +193,16 @@ func offlineHealth(b config.Binding) string {
 		probs = append(probs, "no database file; localcloud up creates it")
 	case err != nil:
 		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
-	case fi.Mode().Perm() != supervisor.FileMode:
-		probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", fi.Mode().Perm(), supervisor.FileMode))
+	default:
+		if v, msg := sqlstore.FileModeVerdict(filepath.Join(b.Path, name), fi.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+			probs = append(probs, msg)
+		}
 	}
 	if len(probs) == 0 {
 		return supervisor.HealthOK
 	}
 	return strings.Join(probs, "; ")
 }
-
-// The count queries. Read-only handles run them on their query-only pool.
-const (
-	stmtKVCounts = `SELECT
-COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
-FROM kv`
-	stmtQueueCounts = `SELECT
-COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN visible_at > ?1 THEN 1 ELSE 0 END), 0),
-MIN(enqueued_at)
-FROM messages`
-)
 
 // countStore fills in a binding's counts by opening its store read-only. A
 // store that is missing is not opened (opening never creates it anyway).
@@ -226,14 +215,15 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
 			return
 		}
-		s, err := kv.Open(ctx, sb.Path, kv.ReadOnly())
+		s, err := kv.Open(ctx, sb.Path, kv.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return
 		}
 		defer s.Close()
-		var c kvCounts
-		if err := s.DB().R.QueryRowContext(ctx, stmtKVCounts, ms).Scan(&c.Live, &c.Expired); err != nil {
+		st, err := s.Stats(ctx)
+		c := kvCounts{Live: st.Live, Expired: st.Expired}
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count keys: %v", err)
 			return
 		}
@@ -242,20 +232,21 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, queue.FileName)) {
 			return
 		}
-		q, err := queue.Open(ctx, sb.Path, queue.ReadOnly())
+		q, err := queue.Open(ctx, sb.Path, queue.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return
 		}
 		defer q.Close()
-		var c queueCounts
-		var oldest any // a REAL from another program is read as its integer part
-		if err := q.DB().R.QueryRowContext(ctx, stmtQueueCounts, ms).Scan(&c.Due, &c.InFlight, &oldest); err != nil {
+		// The queue's own Stats: the engine owns the schema.
+		st, err := q.Stats(ctx)
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
 		}
-		if o, ok := sqlstore.IntValue(oldest, false); ok && o < ms {
-			c.OldestAgeMillis = ms - o
+		c := queueCounts{Due: st.Due, InFlight: st.InFlight}
+		if !st.Oldest.IsZero() && st.Oldest.UnixMilli() < ms {
+			c.OldestAgeMillis = ms - st.Oldest.UnixMilli()
 		}
 		sb.Queue = &c
 	}

@@ -196,7 +196,7 @@ func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access q
 	}
 	var opts []queue.Option
 	if access == queueRead {
-		opts = append(opts, queue.ReadOnly())
+		opts = append(opts, queue.WithReadOnly())
 	} else {
 		d, err := bindings.ParseDurability(b.Durability)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // shutdownTimeout bounds a graceful stop, so up exits within 5 s of the
@@ -133,7 +133,7 @@ func startError(err error, st *config.Stack) error {
 			try = fmt.Sprintf("stop the other localcloud up first (kill %d), or give this stack another dataDir", le.PID)
 		}
 		return &hintError{err: fmt.Errorf("%s already serves %s; it holds %s", holder, st.DataDir, le.Path), try: try}
-	case errors.Is(err, notify.ErrAddrInUse):
+	case errors.Is(err, hintserver.ErrAddrInUse):
 		return &hintError{err: err, try: fmt.Sprintf("set \"listen: 127.0.0.1:0\" under notify: in %s to pick a free port", st.File)}
 	}
 	return &hintError{err: err, try: "fix the problem above; nothing was changed in existing stores"}

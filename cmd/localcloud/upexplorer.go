@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/asyncapi"
 	"log/slog"
 	"net"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/explorer"
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // upExplorer is up's web explorer: listening before the supervisor starts
@@ -88,7 +88,7 @@ func (e *upExplorer) serve(sup *supervisor.Supervisor, st *config.Stack, log *sl
 		Conn:     nc,
 		ReadOnly: st.Explorer.ReadOnly,
 		Token:    st.Notify.Token,
-		AsyncAPI: func() ([]byte, error) { return notify.AsyncAPI(asyncAPIInput(sup.Stack(), notify.FormatJSON)) },
+		AsyncAPI: func() ([]byte, error) { return asyncapi.Generate(asyncAPIInput(sup.Stack(), asyncapi.FormatJSON)) },
 		Env:      func() ([]explorer.EnvVar, error) { return explorerEnv(sup.Stack()) },
 		Logger:   log.With("component", "explorer"),
 	})

@@ -8,7 +8,7 @@
 //
 //   - a foreign writer: any process that inserts or updates rows with the
 //     spec's SQL on its own SQLite connection. The store directory is watched
-//     with inotify (notify.DirWatcher); each event is only a reason to look,
+//     with inotify (dirwatch.DirWatcher); each event is only a reason to look,
 //     confirmed by PRAGMA data_version on one connection kept open per queue
 //     (it changes only when another connection committed), then the due
 //     messages are counted.
@@ -33,15 +33,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/dirwatch"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -129,15 +132,6 @@ const (
 	libRecent = 10 * time.Second
 )
 
-// The statements run on a queue's dedicated connection. The visible_at ones
-// use the spec's index idx_messages_visible, which leads with visible_at.
-const (
-	stmtDataVersion = `PRAGMA data_version`
-	stmtLastID      = `SELECT seq FROM sqlite_sequence WHERE name = 'messages'`
-	stmtCountDue    = `SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`
-	stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
-)
-
 // Options configures a Source.
 type Options struct {
 	// Publisher publishes the hints. Required. The Source does not close it.
@@ -152,7 +146,7 @@ type Options struct {
 type Source struct {
 	pub *notify.Publisher
 	log *slog.Logger
-	dw  *notify.DirWatcher
+	dw  *dirwatch.DirWatcher
 
 	mu        sync.Mutex
 	byBinding map[string]*watched
@@ -170,7 +164,7 @@ func New(opts Options) (*Source, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{pub: opts.Publisher, log: log, byBinding: map[string]*watched{}, byDir: map[string]*watched{}}
-	dw, err := notify.NewDirWatcher(notify.DirWatcherOptions{
+	dw, err := dirwatch.NewDirWatcher(dirwatch.DirWatcherOptions{
 		Name:    queue.FileName,
 		Changed: s.changed,
 		Gone:    s.gone,
@@ -191,11 +185,14 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	if binding == "" || subject == "" || q == nil {
 		return fmt.Errorf("add %q to hint source: binding, subject and queue are required", binding)
 	}
-	db := q.DB()
-	if db.Dir == "" {
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return fmt.Errorf("add %q to hint source: %w", binding, err)
+	}
+	if q.Location() == "" || strings.HasPrefix(q.Location(), queue.MemoryPrefix) {
 		return fmt.Errorf("add %q to hint source: %w", binding, ErrNoDirectory)
 	}
-	dir := filepath.Clean(db.Dir)
+	dir := filepath.Clean(q.Location())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -209,7 +206,7 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	conn, err := db.R.Conn(ctx)
+	conn, err := eq.NewProbe(ctx)
 	if err != nil {
 		return fmt.Errorf("add %q to hint source: take a connection: %w", binding, err)
 	}
@@ -312,8 +309,8 @@ type watched struct {
 	subject string
 	dir     string
 
-	mu       sync.Mutex // guards everything below; held while looking
-	conn     *sql.Conn  // dedicated: data_version is per connection
+	mu       sync.Mutex         // guards everything below; held while looking
+	conn     *sqlitequeue.Probe // dedicated connection: data_version is per connection
 	version  int64
 	known    bool        // version was read
 	next     int64       // visible_at the timer is armed for; 0: none
@@ -346,8 +343,8 @@ func (w *watched) look(force bool) (changed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	if !force {
-		var v int64
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&v); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
@@ -356,15 +353,16 @@ func (w *watched) look(force bool) (changed bool) {
 		}
 		w.version, w.known, changed = v, true, true
 	} else if !w.known {
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&w.version); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
-		w.known = true
+		w.version, w.known = v, true
 	}
 	now := time.Now().UnixMilli()
-	var due int64
-	if err := w.conn.QueryRowContext(ctx, stmtCountDue, now, MaxDueCount).Scan(&due); err != nil {
+	due, err := w.conn.CountDue(ctx, now, MaxDueCount)
+	if err != nil {
 		w.failed("count due messages", err)
 		return changed
 	}
@@ -377,16 +375,11 @@ func (w *watched) look(force bool) (changed bool) {
 			w.publish(due)
 		}
 	}
-	var raw any
-	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&raw); err != nil {
+	next, err := w.conn.NextVisible(ctx, now)
+	if err != nil {
 		w.failed("find the next visible_at", err)
 		return changed
 	}
-	// Another program may store a REAL visible_at (Python's
-	// time.time()*1000): rounded up, as the row is not due before. A value
-	// that is no number is never due.
-	var next sql.NullInt64
-	next.Int64, next.Valid = sqlstore.IntValue(raw, true)
 	w.failures = 0
 	w.arm(next)
 	return changed
@@ -395,11 +388,7 @@ func (w *watched) look(force bool) (changed bool) {
 // readLastID reads the largest message id ever inserted (0: none yet).
 // Called with w.mu held.
 func (w *watched) readLastID(ctx context.Context) (int64, bool) {
-	var id int64
-	err := w.conn.QueryRowContext(ctx, stmtLastID).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, true
-	}
+	id, err := w.conn.LastID(ctx)
 	return id, err == nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,7 +25,7 @@ const waitTimeout = 20 * time.Second
 // rig is a hint server, a Source publishing to it, and a subscriber that
 // records the hints of one subject.
 type rig struct {
-	srv     *notify.Server
+	srv     *hintserver.Server
 	pub     *notify.Publisher
 	src     *hintsrc.Source
 	subject string
@@ -39,7 +41,7 @@ type received struct {
 
 func newRig(t *testing.T, subject string) *rig {
 	t.Helper()
-	srv, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func TestLeaseEndHinted(t *testing.T) {
 		t.Fatalf("Receive = %v, %v", msgs, err)
 	}
 	var v int64
-	if err := consumer.DB().R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
+	if err := admin.QueueDB(consumer).R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	leaseEnd := time.UnixMilli(v)
@@ -334,11 +336,11 @@ func TestConnectionReturnedOnRemove(t *testing.T) {
 	if err := r.src.Add("conn", subject, q); err != nil {
 		t.Fatal(err)
 	}
-	if st := q.DB().R.Stats(); st.InUse != 1 {
+	if st := admin.QueueDB(q).R.Stats(); st.InUse != 1 {
 		t.Fatalf("reader connections in use while watched = %d, want 1", st.InUse)
 	}
 	r.src.Remove("conn")
-	if st := q.DB().R.Stats(); st.InUse != 0 {
+	if st := admin.QueueDB(q).R.Stats(); st.InUse != 0 {
 		t.Fatalf("reader connections in use after Remove = %d, want 0", st.InUse)
 	}
 }
@@ -350,7 +352,7 @@ func TestQueriesUseSpecIndex(t *testing.T) {
 		`SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`,
 		`SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`,
 	} {
-		rows, err := q.DB().R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
+		rows, err := admin.QueueDB(q).R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package hintsrc
 import (
 	"context"
 	"database/sql"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := notify.StartServer(ctx, notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 func TestEventRestartsTheReChecks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := notify.StartServer(ctx, notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
@@ -188,9 +190,9 @@ func genStore(t *testing.T, e hostileEnv, in []byte) byte {
 	t.Helper()
 	g := &genInput{b: in}
 	flags := g.byte()
-	f := queue.Format()
+	f := sqlitequeue.Format()
 	if flags&flagKV != 0 {
-		f = kv.Format()
+		f = sqlitekv.Format()
 	}
 	if err := os.MkdirAll(e.store, 0o700); err != nil {
 		t.Fatal(err)

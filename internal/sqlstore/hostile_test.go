@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io"
 	"log/slog"
 	"net/url"
@@ -406,7 +408,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	if c.kv {
 		var opts []kv.Option
 		if readOnly {
-			opts = append(opts, kv.ReadOnly())
+			opts = append(opts, kv.WithReadOnly())
 		}
 		s, err := kv.Open(ctx, dir, opts...)
 		if err == nil {
@@ -416,7 +418,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	}
 	var opts []queue.Option
 	if readOnly {
-		opts = append(opts, queue.ReadOnly())
+		opts = append(opts, queue.WithReadOnly())
 	}
 	q, err := queue.Open(ctx, dir, opts...)
 	if err == nil {
@@ -431,9 +433,9 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dir := c.make(t)
-			f, file := queue.Format(), queue.FileName
+			f, file := sqlitequeue.Format(), queue.FileName
 			if c.kv {
-				f, file = kv.Format(), kv.FileName
+				f, file = sqlitekv.Format(), kv.FileName
 			}
 			path := filepath.Join(dir, file)
 			before := testutil.StoreHashes(t, dir)
@@ -620,7 +622,7 @@ func TestBackupRefusesAForeignWAL(t *testing.T) {
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, dir)
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
-	_, err := sqlstore.Backup(context.Background(), path, dst, queue.Format())
+	_, err := sqlstore.Backup(context.Background(), path, dst, sqlitequeue.Format())
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("backup of a store with a foreign -wal: %v; want the -wal named", err)
 	}
@@ -648,7 +650,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	}
 	copy(b, make([]byte, 100))
 	writeFile(t, path, b, 0o600)
-	res, err := sqlstore.Restore(ctx, damaged, queue.Format(), src, now)
+	res, err := sqlstore.Restore(ctx, damaged, sqlitequeue.Format(), src, now)
 	if err != nil {
 		t.Fatalf("restore over a zeroed header: %v", err)
 	}
@@ -668,7 +670,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	path = filepath.Join(planted, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, planted)
-	_, err = sqlstore.Restore(ctx, planted, queue.Format(), src, now)
+	_, err = sqlstore.Restore(ctx, planted, sqlitequeue.Format(), src, now)
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
 	}
@@ -690,7 +692,7 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, queue.Format().Schema,
+	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, sqlitequeue.Format().Schema,
 		"INSERT INTO meta VALUES ('format', 'localqueue.v1')"} {
 		if _, err := db.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -750,7 +752,7 @@ func TestUnknownOwnTableOpens(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := verify(t, path, queue.Format()); !strings.Contains(kinds(v), sqlstore.ProblemSchemaUnknown+" table lc_future") {
+	if v := verify(t, path, sqlitequeue.Format()); !strings.Contains(kinds(v), sqlstore.ProblemSchemaUnknown+" table lc_future") {
 		t.Errorf("Verify: %s; want the unknown lc_future", kinds(v))
 	}
 }

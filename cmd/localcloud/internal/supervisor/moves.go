@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"slices"
 
 	"github.com/localcloud/localcloud/bindings/queue"
@@ -52,7 +53,7 @@ func QueueOptions(st *config.Stack, b config.Binding) []queue.Option {
 // (the References of binding b's store) that up would leave in place:
 // their destination is not one the stack lets b finish moves toward
 // (MoveTargets).
-func MoveProblems(st *config.Stack, b config.Binding, refs []queue.Reference) []string {
+func MoveProblems(st *config.Stack, b config.Binding, refs []sqlitequeue.Reference) []string {
 	dl, origins := MoveTargets(st, b)
 	var out []string
 	for _, r := range refs {
@@ -61,15 +62,15 @@ func MoveProblems(st *config.Stack, b config.Binding, refs []queue.Reference) []
 		}
 		var why string
 		switch {
-		case r.Kind == queue.MoveDeadLetter && dl == "":
+		case r.Kind == sqlitequeue.MoveDeadLetter && dl == "":
 			why = fmt.Sprintf("binding %s has no dead-letter policy", b.Name)
-		case r.Kind == queue.MoveDeadLetter && r.Location != dl:
+		case r.Kind == sqlitequeue.MoveDeadLetter && r.Location != dl:
 			why = fmt.Sprintf("the dead-letter policy of %s names %s (%s)", b.Name, b.DeadLetter, dl)
-		case r.Kind == queue.MoveDeadLetter:
+		case r.Kind == sqlitequeue.MoveDeadLetter:
 			continue
-		case r.Kind == queue.MoveRedrive && slices.Contains(origins, r.Location):
+		case r.Kind == sqlitequeue.MoveRedrive && slices.Contains(origins, r.Location):
 			continue
-		case r.Kind == queue.MoveRedrive:
+		case r.Kind == sqlitequeue.MoveRedrive:
 			if name := queueAt(st, r.Location); name != "" {
 				why = fmt.Sprintf("%s is no queue that dead-letters into %s; `localcloud queue redrive %s --to %s` finishes it", name, b.Name, b.Name, name)
 			} else {
@@ -88,7 +89,7 @@ func MoveProblems(st *config.Stack, b config.Binding, refs []queue.Reference) []
 // References of a store file meant for binding b) that are no other queue
 // binding of the stack: restore refuses such a file, since a move or a
 // redrive would write there.
-func ForeignReferences(st *config.Stack, b config.Binding, refs []queue.Reference) []string {
+func ForeignReferences(st *config.Stack, b config.Binding, refs []sqlitequeue.Reference) []string {
 	var out []string
 	for _, r := range refs {
 		if name := queueAt(st, r.Location); name != "" && name != b.Name {

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -76,10 +77,15 @@ func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slo
 	}
 	s.dirID, s.fileID = idOf(di), idOf(fi)
 	if s.kv != nil {
-		s.pageSize = s.kv.DB().PageSize
+		s.pageSize = admin.KVDB(s.kv).PageSize
 	} else {
-		s.pageSize = s.queue.DB().PageSize
-		refs, err := s.queue.References(ctx)
+		eq, err := admin.Queue(s.queue)
+		if err != nil {
+			s.closeHandle()
+			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)
+		}
+		s.pageSize = eq.DB().PageSize
+		refs, err := eq.References(ctx)
 		if err != nil {
 			s.closeHandle()
 			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)

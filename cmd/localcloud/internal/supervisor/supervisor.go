@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"log/slog"
 	"os"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // Defaults of Options.
@@ -69,7 +69,7 @@ type Supervisor struct {
 	dataDir   string
 	stackFile string
 	lock      *ownerLock
-	nats      *notify.Server
+	nats      *hintserver.Server
 	hints     *hints // nil when up's hints could not start (logged)
 	pid       int
 	startedAt time.Time
@@ -132,12 +132,12 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 
 	// NATS takes ~30 ms to listen; open the stores meanwhile.
 	type natsResult struct {
-		srv *notify.Server
+		srv *hintserver.Server
 		err error
 	}
 	natsDone := make(chan natsResult, 1)
 	go func() {
-		srv, err := notify.StartServer(ctx, notify.ServerOptions{
+		srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{
 			Listen: st.Notify.Listen,
 			Token:  st.Notify.Token,
 			Logger: opts.NATSLogger,
