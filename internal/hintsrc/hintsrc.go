@@ -126,11 +126,27 @@ func settleStep(elapsed time.Duration) time.Duration {
 // library hint came within libRecent, the Source's hint waits up to
 // coverWait for the library's: a foreign insert in a queue that a library
 // also sends to is hinted coverWait late; one in a queue only foreign
-// writers use, at once.
+// writers use, at once. On a loaded machine (or under the race detector) a
+// library's hint can come later than coverWait, and the Source would then
+// publish a second hint for every send; so each queue learns the wait from
+// the library hints it saw: 1.5 times the latest lag from a held look to the
+// hint that covered it (also when that hint came after the wait ran out),
+// at most maxCoverWait, shrinking back toward coverWait by an eighth of the
+// difference per covered hold when hints come in time again.
 const (
-	coverWait = 3 * time.Millisecond // > the library's 2 ms coalescing window
-	libRecent = 10 * time.Second
+	coverWait    = 3 * time.Millisecond // > the library's 2 ms coalescing window
+	maxCoverWait = 25 * time.Millisecond
+	libRecent    = 10 * time.Second
 )
+
+// learnWait returns the next wait after a held look was covered lag later.
+func learnWait(wait, lag time.Duration) time.Duration {
+	want := lag * 3 / 2
+	if want > wait {
+		return min(want, maxCoverWait)
+	}
+	return max(coverWait, wait-(wait-want)/8)
+}
 
 // Options configures a Source.
 type Options struct {
@@ -330,6 +346,9 @@ type watched struct {
 	holding  bool               // a hint for inserts up to heldID waits for the library's
 	heldID   int64
 	heldDue  int64
+	wait     time.Duration // how long a held hint waits (learnWait); 0: coverWait
+	holdAt   time.Time     // when the last hold began
+	learnID  int64         // heldID of the last hold until a library hint covers it, then 0
 }
 
 // look checks the store. Unless force, it goes on only if another
@@ -401,12 +420,17 @@ func (w *watched) inserted(due int64) {
 		// The library's hint came already.
 	case time.Since(w.libAt) < libRecent:
 		w.heldID, w.heldDue = max(w.heldID, w.lastID), due
+		w.learnID = w.heldID
 		if !w.holding {
 			w.holding = true
+			w.holdAt = time.Now()
+			if w.wait == 0 {
+				w.wait = coverWait
+			}
 			if w.grace == nil {
-				w.grace = time.AfterFunc(coverWait, w.graceOver)
+				w.grace = time.AfterFunc(w.wait, w.graceOver)
 			} else {
-				w.grace.Reset(coverWait)
+				w.grace.Reset(w.wait)
 			}
 		}
 	default:
@@ -456,6 +480,10 @@ func (w *watched) hinted(m *nats.Msg) {
 	}
 	w.covered = max(w.covered, min(h.LastID, seq))
 	w.libAt = time.Now()
+	if w.learnID > 0 && w.learnID <= w.covered {
+		w.wait = learnWait(max(w.wait, coverWait), w.libAt.Sub(w.holdAt))
+		w.learnID = 0
+	}
 	if w.holding && w.heldID <= w.covered {
 		w.holding = false
 		w.grace.Stop()

@@ -184,3 +184,21 @@ func TestSettleStep(t *testing.T) {
 	}
 	t.Logf("%d re-checks per event", n)
 }
+
+// TestLearnWait: a late library hint lengthens the wait to 1.5 times its
+// lag (at most maxCoverWait); hints in time shrink it back to coverWait.
+func TestLearnWait(t *testing.T) {
+	w := learnWait(coverWait, 10*time.Millisecond)
+	if w != 15*time.Millisecond {
+		t.Fatalf("after a 10ms lag: %s, want 15ms", w)
+	}
+	if got := learnWait(w, time.Second); got != maxCoverWait {
+		t.Fatalf("after a 1s lag: %s, want the cap %s", got, maxCoverWait)
+	}
+	for range 200 {
+		w = learnWait(w, 100*time.Microsecond)
+	}
+	if w != coverWait {
+		t.Fatalf("after 200 prompt hints: %s, want back at %s", w, coverWait)
+	}
+}
