@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )

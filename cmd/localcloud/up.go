@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/notify"
 )
