@@ -235,6 +235,9 @@ func (p *parser) checkDataDir(s *Stack, r *rawStack) (string, bool) {
 	if n == nil {
 		v = DefaultDataDir
 	}
+	if p.dataDir != "" {
+		n, v = nil, p.dataDir
+	}
 	switch {
 	case v == "":
 		p.addf(n, field, "must not be empty; leave it out for %s", DefaultDataDir)

@@ -184,6 +184,7 @@ type Option func(*options)
 
 type options struct {
 	lookupEnv func(string) (string, bool)
+	dataDir   string
 }
 
 // WithLookupEnv sets the function that resolves ${NAME} in values. It
@@ -191,6 +192,14 @@ type options struct {
 // touch the process environment.
 func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
 	return func(o *options) { o.lookupEnv = lookup }
+}
+
+// WithDataDir replaces the stack file's dataDir (or its default) with dir,
+// made absolute against the working directory; binding paths relative to
+// dataDir follow it. localcloudtest gives each test its own data dir this
+// way. An empty dir changes nothing.
+func WithDataDir(dir string) Option {
+	return func(o *options) { o.dataDir = dir }
 }
 
 // Load reads and checks the stack file at path. Relative paths in it are
@@ -280,6 +289,13 @@ func parse(data []byte, display, abs, dir string, opts []Option) (*Stack, error)
 		o.lookupEnv = os.LookupEnv
 	}
 	p := &parser{file: display, lookup: o.lookupEnv}
+	if o.dataDir != "" {
+		d, err := filepath.Abs(o.dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("parse stack file %s: resolve data dir %q: %w", displayName(display), o.dataDir, err)
+		}
+		p.dataDir = d
+	}
 	s := p.run(data, dir)
 	if len(p.probs) > 0 {
 		return nil, newErrors(p.probs)

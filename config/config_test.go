@@ -599,3 +599,27 @@ bindings:
 	// stack.yaml:6:24: bindings.orders.visibilityTimeout: must be a duration between 1s and 12h, got "3 parsecs"
 	// stack.yaml:7:18: bindings.orders.maxAttempts: requires deadLetter: nothing is ever dropped, so set deadLetter to the queue binding that receives a message after 5 failed attempts
 }
+
+func TestLoadWithDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "stack.yaml")
+	src := "version: 1\nname: shop\ndataDir: data\nbindings:\n  carts:\n    type: kv\n  orders:\n    type: queue\n    path: q/orders\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "elsewhere")
+	s, err := config.Load(file, config.WithLookupEnv(noEnv), config.WithDataDir(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DataDir != other {
+		t.Errorf("DataDir = %q, want %q", s.DataDir, other)
+	}
+	if want := filepath.Join(other, "kv", "carts"); binding(t, s, "carts").Path != want {
+		t.Errorf("carts.Path = %q, want %q", binding(t, s, "carts").Path, want)
+	}
+	if want := filepath.Join(other, "q", "orders"); binding(t, s, "orders").Path != want {
+		t.Errorf("orders.Path = %q, want %q", binding(t, s, "orders").Path, want)
+	}
+}

@@ -26,9 +26,10 @@ var (
 
 // parser walks the YAML node tree and collects every problem it meets.
 type parser struct {
-	file   string
-	lookup func(string) (string, bool)
-	probs  []Problem
+	file    string
+	lookup  func(string) (string, bool)
+	dataDir string // WithDataDir's folder, "" for the file's dataDir
+	probs   []Problem
 }
 
 // rawStack is what the walk found, with the nodes kept for positions.
