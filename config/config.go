@@ -2,8 +2,10 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,9 @@ const (
 	// DefaultStackFile is the stack file used when neither a flag nor
 	// $LOCALCLOUD_STACK names one.
 	DefaultStackFile = "stack.yaml"
+	// AltStackFile is read instead of [DefaultStackFile] when only it
+	// exists in the working directory.
+	AltStackFile = "stack.yml"
 	// DefaultDataDir is the folder, relative to the stack file's folder, that
 	// holds one store directory per binding.
 	DefaultDataDir = ".localcloud"
@@ -167,14 +172,20 @@ func EnvName(binding string) string {
 }
 
 // DefaultFile returns the stack file to read when no flag names one: the value
-// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile]. getenv
-// is usually [os.Getenv]; nil means os.Getenv.
+// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile], or
+// [AltStackFile] when only that one exists. getenv is usually [os.Getenv];
+// nil means os.Getenv.
 func DefaultFile(getenv func(string) string) string {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	if f := getenv(EnvStackFile); f != "" {
 		return f
+	}
+	if _, err := os.Stat(DefaultStackFile); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(AltStackFile); err == nil {
+			return AltStackFile
+		}
 	}
 	return DefaultStackFile
 }

@@ -623,3 +623,25 @@ func TestLoadWithDataDir(t *testing.T) {
 		t.Errorf("orders.Path = %q, want %q", binding(t, s, "orders").Path, want)
 	}
 }
+
+// TestDefaultFileFindsStackYml: stack.yml is read when stack.yaml is absent;
+// with both, stack.yaml wins. (Not parallel: it changes the working dir.)
+func TestDefaultFileFindsStackYml(t *testing.T) {
+	t.Chdir(t.TempDir())
+	noVar := func(string) string { return "" }
+	if got := config.DefaultFile(noVar); got != "stack.yaml" {
+		t.Errorf("DefaultFile in an empty folder = %q, want stack.yaml", got)
+	}
+	if err := os.WriteFile("stack.yml", []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := config.DefaultFile(noVar); got != "stack.yml" {
+		t.Errorf("DefaultFile with only stack.yml = %q, want stack.yml", got)
+	}
+	if err := os.WriteFile("stack.yaml", []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := config.DefaultFile(noVar); got != "stack.yaml" {
+		t.Errorf("DefaultFile with both = %q, want stack.yaml", got)
+	}
+}

@@ -17,7 +17,8 @@ const MaxPeekLimit = 1000
 const (
 	stmtPeek = `SELECT id, attempt, enqueued_at, visible_at, payload_type, payload_data, receipt_handle IS NOT NULL
 FROM messages ORDER BY enqueued_at, id LIMIT ?1`
-	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at)
+	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
+COALESCE(SUM(CASE WHEN visible_at > ?1 AND attempt = 0 THEN 1 ELSE 0 END), 0), MIN(enqueued_at)
 FROM messages`
 	// With localcloud's own tables (deadletter.go), which a store written
 	// only by a spec-exact implementation and opened read-only lacks.
@@ -124,9 +125,14 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 
 // Stats are a queue's counts at one moment.
 type Stats struct {
-	Due      int64 // visible_at <= now
-	InFlight int64 // visible_at > now: leased (or delayed)
-	Total    int64
+	Due int64 // visible_at <= now
+	// InFlight counts the messages leased to a receiver or backing off
+	// after a nack: visible_at > now and delivered before (attempt > 0).
+	InFlight int64
+	// Delayed counts the messages sent with a delay that are not due yet:
+	// visible_at > now and never delivered (attempt 0).
+	Delayed int64
+	Total   int64
 	// Oldest is the enqueue time of the oldest message; zero when empty.
 	Oldest time.Time
 	// DeadLetters counts the messages moved here from a queue whose
@@ -142,10 +148,10 @@ type Stats struct {
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var oldest sql.NullInt64
-	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &oldest); err != nil {
+	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &s.Delayed, &oldest); err != nil {
 		return Stats{}, opErr(err, "stats")
 	}
-	s.InFlight = s.Total - s.Due
+	s.InFlight = s.Total - s.Due - s.Delayed
 	if oldest.Valid {
 		s.Oldest = time.UnixMilli(oldest.Int64)
 	}

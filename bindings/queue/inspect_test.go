@@ -71,3 +71,34 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		t.Errorf("receive after peek: %+v %v", got, err)
 	}
 }
+
+// TestStatsCountsDelayedApartFromInFlight: a message sent with a delay is
+// delayed, not in flight; a nacked one backing off is in flight.
+func TestStatsCountsDelayedApartFromInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := queue.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, opts := range [][]queue.SendOption{nil, {queue.WithDelay(time.Hour)}, nil} {
+		if err := q.Send(ctx, queue.Text("m"), opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := q.Receive(ctx, 2, queue.WithVisibility(time.Minute))
+	if err != nil || len(got) != 2 {
+		t.Fatalf("receive: %v %d", err, len(got))
+	}
+	if err := q.Nack(ctx, got[1].ReceiptHandle, queue.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Total != 3 || st.Due != 0 || st.Delayed != 1 || st.InFlight != 2 {
+		t.Errorf("stats = %+v; want total 3, due 0, delayed 1, in flight 2", st)
+	}
+}

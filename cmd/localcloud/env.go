@@ -25,29 +25,31 @@ type envCommand struct {
 	app *app
 }
 
-func (c *envCommand) flags() (fs *flag.FlagSet, file, format *string) {
+func (c *envCommand) flags() (fs *flag.FlagSet, file, format *string, asJSON *bool) {
 	fs = newFlagSet("env")
 	file = stackFlag(fs)
 	format = fs.String("format", "sh", "output `FORMAT`: sh (export lines) or json (one object)")
-	return fs, file, format
+	asJSON = fs.Bool("json", false, "print one JSON object of NAME: VALUE (the same as --format json)")
+	return fs, file, format, asJSON
 }
 
 func (c *envCommand) Run(ctx context.Context, args []string) error {
-	fs, file, format := c.flags()
+	fs, file, format, asJSON := c.flags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *format != "sh" && *format != "json" {
-		return &usageError{msg: fmt.Sprintf("-format must be sh or json, got %q", *format), try: "localcloud env --format json"}
+	useJSON, err := jsonOrFormat(fs, *asJSON, *format, "sh")
+	if err != nil {
+		return err
 	}
 	vars, err := c.app.stackEnv(*file, "env")
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if useJSON {
 		m := make(map[string]string, len(vars))
 		for _, v := range vars {
 			m[v.Name] = v.Value
@@ -115,11 +117,11 @@ func shQuote(s string) string {
 }
 
 func (c *envCommand) Usage() {
-	fs, _, _ := c.flags()
+	fs, _, _, _ := c.flags()
 	fmt.Fprint(c.app.stdout, `Print the environment an app needs to find its bindings.
 
 Usage:
-  localcloud env [-f FILE] [--format sh|json]
+  localcloud env [-f FILE] [--json | --format sh|json]
   eval "$(localcloud env -f FILE)"
 
 Variables:
