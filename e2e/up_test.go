@@ -108,7 +108,7 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	}
 
 	st := s.status(t)
-	if !st.Running || st.PID != p.pid() || st.NATSURL != rt.NATSURL || len(st.Bindings) != 5 {
+	if !st.Running || st.PID != p.pid() || st.NATSURL != rt.NATSURL || len(st.Bindings) != 5 || st.Code != 0 {
 		t.Errorf("status = %+v", st)
 	}
 
@@ -122,8 +122,8 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	if exists(filepath.Join(s.dataDir(), "runtime.json")) {
 		t.Error("runtime.json left after SIGTERM")
 	}
-	if st := s.status(t); st.Running {
-		t.Error("status says up runs after it stopped")
+	if st := s.status(t); st.Running || st.Code != 1 {
+		t.Errorf("status after up stopped: running %v, exit %d; want not running, exit 1", st.Running, st.Code)
 	}
 	if !exists(filepath.Join(outside, kv.FileName)) {
 		t.Error("stores must stay after up stops")
@@ -405,10 +405,17 @@ func TestHealthProblemsAreReportedNotRepaired(t *testing.T) {
 	p.waitLine(mark, eventTimeout, "msg=\"binding unhealthy\"", "binding=orders", "database file replaced")
 
 	st := s.status(t)
-	for name, w := range map[string]string{"carts": "store directory deleted", "loose": "mode 0755, want 0700", "orders": "database file replaced"} {
-		if h := st.binding(name).Health; !strings.Contains(h, w) {
-			t.Errorf("status health of %s = %q, want %q", name, h, w)
+	for name, w := range map[string][2]string{
+		"carts":  {"missing", "store directory deleted"},
+		"loose":  {"loose-modes", "mode 0755, want 0700"},
+		"orders": {"replaced", "database file replaced"},
+	} {
+		if b := st.binding(name); b.Health != w[0] || !strings.Contains(b.HealthMessage, w[1]) {
+			t.Errorf("status health of %s = %q (%q), want %q (%q)", name, b.Health, b.HealthMessage, w[0], w[1])
 		}
+	}
+	if st.Code != 1 {
+		t.Errorf("status with unhealthy bindings exited %d, want 1", st.Code)
 	}
 	if exists(carts) {
 		t.Error("up recreated the deleted store directory")
