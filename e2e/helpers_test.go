@@ -361,7 +361,7 @@ type statusBinding struct {
 	Path          string `json:"path"`
 	Health        string `json:"health"`        // a kind: ok, missing, replaced, loose-modes, ...
 	HealthMessage string `json:"healthMessage"` // what exactly; "" when ok
-	KV     *struct {
+	KV            *struct {
 		Live    int64 `json:"live"`
 		Expired int64 `json:"expired"`
 	} `json:"kv"`

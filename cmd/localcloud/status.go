@@ -39,14 +39,14 @@ func (c *statusCommand) flags() (fs *flag.FlagSet, file *string, asJSON *bool) {
 
 // statusReport is what status prints; its JSON form is the --json output.
 type statusReport struct {
-	Running         bool            `json:"running"`
-	PID             int             `json:"pid,omitempty"`
-	NATSURL         string          `json:"natsUrl,omitempty"`
-	StartedAt       *time.Time      `json:"startedAt,omitempty"`
-	UptimeSeconds   int64           `json:"uptimeSeconds,omitempty"`
-	Stack           string          `json:"stack"`
-	StackFile       string          `json:"stackFile"`
-	DataDir         string          `json:"dataDir"`
+	Running       bool       `json:"running"`
+	PID           int        `json:"pid,omitempty"`
+	NATSURL       string     `json:"natsUrl,omitempty"`
+	StartedAt     *time.Time `json:"startedAt,omitempty"`
+	UptimeSeconds int64      `json:"uptimeSeconds,omitempty"`
+	Stack         string     `json:"stack"`
+	StackFile     string     `json:"stackFile"`
+	DataDir       string     `json:"dataDir"`
 	// Health is the owner lock's: a kind (supervisor.Kind*), with the
 	// message in HealthMessage when it is not ok. Only while up runs.
 	Health          string          `json:"health,omitempty"`
@@ -56,17 +56,17 @@ type statusReport struct {
 }
 
 type statusBinding struct {
-	Name    string       `json:"name"`
-	Type    string       `json:"type"`
-	Path    string       `json:"path"`
-	Subject string       `json:"subject,omitempty"`
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Path    string `json:"path"`
+	Subject string `json:"subject,omitempty"`
 	// Health is ok, missing, replaced, truncated, loose-modes,
 	// not-provisioned, error or problem (supervisor.HealthKind);
 	// HealthMessage says what exactly, absent when ok.
 	Health        string       `json:"health"`
 	HealthMessage string       `json:"healthMessage,omitempty"`
 	KV            *kvCounts    `json:"kv,omitempty"`
-	Queue   *queueCounts `json:"queue,omitempty"`
+	Queue         *queueCounts `json:"queue,omitempty"`
 	// CountError says why the counts are missing.
 	CountError string `json:"countError,omitempty"`
 }
