@@ -25,6 +25,11 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	if r.listenNode != nil {
 		s.Notify.Listen = r.listen
 		p.checkListen(r.listenNode, r.listen, r.token)
+	} else {
+		s.Defaulted = append(s.Defaulted, "notify.listen")
+	}
+	if r.dataDirNode == nil && p.dataDir == "" {
+		s.Defaulted = append(s.Defaulted, "dataDir")
 	}
 
 	byName := make(map[string]*rawBinding, len(r.bindings))
@@ -49,6 +54,9 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	s.Bindings = make([]Binding, 0, len(r.bindings))
 	for _, rb := range r.bindings {
 		s.Bindings = append(s.Bindings, rb.b)
+		for _, d := range rb.defaulted {
+			s.Defaulted = append(s.Defaulted, bindingField(rb.b.Name, d))
+		}
 	}
 	sort.Slice(s.Bindings, func(i, j int) bool { return s.Bindings[i].Name < s.Bindings[j].Name })
 	return s
@@ -111,6 +119,7 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 	b := &rb.b
 	if b.Durability == "" {
 		b.Durability = DefaultDurability
+		rb.defaulted = append(rb.defaulted, "durability")
 	}
 	if !rb.typeOK {
 		return
@@ -129,6 +138,7 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 	}
 	if rb.vtNode == nil {
 		b.VisibilityTimeout = DefaultVisibilityTimeout
+		rb.defaulted = append(rb.defaulted, "visibilityTimeout")
 	}
 	if rb.maNode != nil && rb.dlNode == nil {
 		attempts := "maxAttempts"
@@ -277,6 +287,7 @@ func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, b
 		}
 		n, v = rb.key, filepath.Join(string(b.Type), b.Name)
 		what = "default path " + v
+		rb.defaulted = append(rb.defaulted, "path")
 	}
 	switch {
 	case v == "":

@@ -104,6 +104,12 @@ type Stack struct {
 	Notify Notify
 	// Bindings lists the bindings sorted by name.
 	Bindings []Binding
+	// Defaulted lists the fields the file left out and that took their
+	// default, as field paths: "dataDir", "notify.listen",
+	// "bindings.orders.visibilityTimeout", "bindings.carts.durability",
+	// "bindings.carts.path". A dataDir replaced with [WithDataDir] is not
+	// listed.
+	Defaulted []string
 }
 
 // Notify configures the embedded NATS server that carries wake-up hints.

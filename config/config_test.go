@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -643,5 +644,26 @@ func TestDefaultFileFindsStackYml(t *testing.T) {
 	}
 	if got := config.DefaultFile(noVar); got != "stack.yaml" {
 		t.Errorf("DefaultFile with both = %q, want stack.yaml", got)
+	}
+}
+
+// TestDefaulted lists exactly the defaults the file did not override.
+func TestDefaulted(t *testing.T) {
+	t.Parallel()
+	src := "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n" +
+		"  carts:\n    type: kv\n    durability: full\n" +
+		"  orders:\n    type: queue\n    path: q/orders\n" +
+		"  emails:\n    type: queue\n    visibilityTimeout: 1m\n    durability: normal\n"
+	s, err := config.Parse(strings.NewReader(src), "", t.TempDir(), config.WithLookupEnv(noEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"dataDir", "bindings.carts.path", "bindings.emails.path",
+		"bindings.orders.durability", "bindings.orders.visibilityTimeout"}
+	got := append([]string(nil), s.Defaulted...)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("Defaulted = %q, want %q", got, want)
 	}
 }

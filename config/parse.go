@@ -51,6 +51,8 @@ type rawBinding struct {
 	key    *yaml.Node // the binding's name, for positions
 	typeOK bool       // Type is kv or queue
 	nameOK bool       // Name matches nameRE
+	// defaulted lists the fields that took their default (Stack.Defaulted).
+	defaulted []string
 
 	path     string     // as given, expanded; "" for the default
 	pathNode *yaml.Node // nil for the default

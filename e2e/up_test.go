@@ -101,7 +101,10 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	nc.Close()
 
 	out := p.stdout.String()
-	for _, w := range []string{"bindings (5):", outside, "visibilityTimeout=45s maxAttempts=5 deadLetter=orders-dlq", "defaults in force", rt.NATSURL} {
+	for _, w := range []string{"bindings (5):", outside, "visibilityTimeout=45s maxAttempts=5 deadLetter=orders-dlq", rt.NATSURL,
+		// Only the defaults this file left out: it sets notify.listen.
+		"defaults applied: dataDir .localcloud; durability normal (audit, carts, orders, orders-dlq); " +
+			"path <dataDir>/<type>/<name> (carts, orders-dlq, sessions); visibilityTimeout 30s (orders-dlq)\n"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("summary lacks %q:\n%s", w, out)
 		}
@@ -368,6 +371,11 @@ func TestTakenPortIsAClearError(t *testing.T) {
 		if !strings.Contains(stderr, w) {
 			t.Errorf("stderr lacks %q:\n%s", w, stderr)
 		}
+	}
+	// Nothing was created: the port is checked before the data dir and
+	// the stores.
+	if exists(s.dataDir()) {
+		t.Errorf("the failed up created %s", s.dataDir())
 	}
 	if st := s.status(t); st.Running {
 		t.Error("the failed up still holds the lock")

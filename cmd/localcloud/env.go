@@ -103,6 +103,9 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 				" is not set; start localcloud up first for wake-up hints (the stores work without)"
 		} else {
 			url = "nats://" + net.JoinHostPort(host, port)
+			note = fmt.Sprintf("localcloud up is not running, so nothing of this stack listens on the fixed NATS port %s "+
+				"(another program may); %s is set anyway and apps fall back to polling until up starts",
+				net.JoinHostPort(host, port), envNATSURL)
 		}
 	}
 	vars, err = supervisor.AppEnv(st, url)

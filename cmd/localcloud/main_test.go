@@ -262,7 +262,7 @@ func TestUpInProcess(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for _, w := range []string{"bindings (2):", "carts", "orders-dlq", "NATS", "defaults in force"} {
+	for _, w := range []string{"bindings (2):", "carts", "orders-dlq", "NATS", "defaults applied: "} {
 		if !strings.Contains(stdout.String(), w) {
 			t.Errorf("summary lacks %q:\n%s", w, stdout)
 		}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -133,10 +135,57 @@ func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack) {
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
 	printBindings(w, st)
-	fmt.Fprintf(w, "defaults in force: dataDir %s, notify.listen %s, visibilityTimeout %s, durability %s; health check every %s\n",
-		config.DefaultDataDir, config.DefaultListen, config.DefaultVisibilityTimeout, config.DefaultDurability, supervisor.DefaultHealthInterval)
+	fmt.Fprintf(w, "defaults applied: %s\n", defaultsApplied(st))
+	fmt.Fprintf(w, "health check: every %s\n", supervisor.DefaultHealthInterval)
 	fmt.Fprintf(w, "apps: localcloud run -f %s -- CMD, or eval \"$(localcloud env -f %s)\"\n", st.File, st.File)
 	fmt.Fprintln(w, "reload: save the stack file or send SIGHUP; stop: Ctrl-C or SIGTERM")
+}
+
+// defaultsApplied describes the defaults the stack file left in force
+// (config.Stack.Defaulted), binding settings grouped by value:
+// "dataDir .localcloud; visibilityTimeout 30s (emails, orders)", or "none".
+func defaultsApplied(st *config.Stack) string {
+	var parts []string
+	per := map[string][]string{} // binding setting -> binding names
+	var order []string
+	for _, d := range st.Defaulted {
+		switch d {
+		case "dataDir":
+			parts = append(parts, "dataDir "+config.DefaultDataDir)
+			continue
+		case "notify.listen":
+			parts = append(parts, "notify.listen "+config.DefaultListen)
+			continue
+		}
+		rest, ok := strings.CutPrefix(d, "bindings.")
+		i := strings.LastIndexByte(rest, '.')
+		if !ok || i < 0 {
+			parts = append(parts, d)
+			continue
+		}
+		name, field := rest[:i], rest[i+1:]
+		switch field {
+		case "visibilityTimeout":
+			field += " " + config.DefaultVisibilityTimeout.String()
+		case "durability":
+			field += " " + config.DefaultDurability
+		case "path":
+			field = "path <dataDir>/<type>/<name>"
+		}
+		if _, seen := per[field]; !seen {
+			order = append(order, field)
+		}
+		per[field] = append(per[field], name)
+	}
+	for _, f := range order {
+		names := per[f]
+		sort.Strings(names)
+		parts = append(parts, fmt.Sprintf("%s (%s)", f, strings.Join(names, ", ")))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (c *upCommand) Usage() {
