@@ -235,7 +235,7 @@ func TestRunPassesEnvironmentAndExitCode(t *testing.T) {
 		t.Errorf("killed by SIGTERM: exit %d, want %d", code, 128+int(syscall.SIGTERM))
 	}
 	code, _, stderr = runApp(t, env, "run", "-f", stack, "--", "no-such-command-localcloud")
-	if code != exitFailure || !strings.Contains(stderr, "Error: start no-such-command-localcloud") {
+	if code != exitNotFound || !strings.Contains(stderr, "Error: command not found: no-such-command-localcloud") {
 		t.Errorf("missing command: exit %d, %s", code, stderr)
 	}
 }
