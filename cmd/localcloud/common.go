@@ -68,31 +68,60 @@ type command interface {
 	Usage()
 }
 
-const usageText = `localcloud runs local KV stores and queues for development.
+// commandList is every command with its one-line summary, in the order
+// the top-level help, the README table and the shell completions list them.
+var commandList = []struct{ name, summary string }{
+	{"init", "write a commented starter stack.yaml"},
+	{"up", "provision a stack's stores and serve them until stopped"},
+	{"validate", "check a stack file and list its bindings"},
+	{"env", "print the environment an app needs to find its bindings"},
+	{"run", "run a command with that environment"},
+	{"status", "show whether up runs and the state of each binding"},
+	{"kv", "get, put, delete, exists, scan the keys of a KV binding"},
+	{"queue", "send, receive, ack, nack, extend, purge, peek, stats, tail, redrive a queue"},
+	{"check", "verify every store read-only: marker, schema, integrity, modes"},
+	{"backup", "write a verified online snapshot of a binding's store"},
+	{"restore", "replace a binding's store with a backup (up must be stopped)"},
+	{"bench", "measure KV and queue throughput and latency on a temporary store"},
+	{"asyncapi", "print the AsyncAPI 3.0.0 document of the stack's hint channels"},
+	{"completion", "print a bash, zsh or fish completion script"},
+	{"version", "print localcloud's version and build"},
+}
+
+// Subcommands of kv and queue, for help and completion.
+var (
+	kvSubcommands    = []string{"get", "put", "delete", "exists", "scan"}
+	queueSubcommands = []string{"send", "receive", "ack", "nack", "extend", "purge", "peek", "stats", "tail", "redrive"}
+)
+
+// usageText is the top-level help.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString(`localcloud runs local KV stores and queues for development.
 
 Usage:
   localcloud <command> [flags]
 
 Commands:
-  up        provision a stack's stores and serve them until stopped
-  validate  check a stack file and list its bindings
-  env       print the environment an app needs to find its bindings
-  run       run a command with that environment
-  status    show whether up runs and the state of each binding
-  kv        get, put, delete, exists, scan the keys of a KV binding
-  queue     send, receive, ack, nack, purge, peek, stats a queue binding
-  check     verify every store read-only: marker, schema, integrity, modes
-  backup    write a verified online snapshot of a binding's store
-  restore   replace a binding's store with a backup (up must be stopped)
-  bench     measure KV and queue throughput and latency on a temporary store
-  asyncapi  print the AsyncAPI 3.0.0 document of the stack's hint channels
+`)
+	for _, c := range commandList {
+		fmt.Fprintf(&b, "  %-10s  %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+Every command reads the stack file named by -f FILE (or --file FILE), else
+$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml).
 
-Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
-else ./stack.yaml.
+Examples:
+  localcloud init && localcloud up
+  localcloud run -- go run ./cmd/myapp
+  localcloud queue peek orders --json
 
-Run "localcloud <command> -h" for a command's flags.
+Run "localcloud <command> -h" for a command's flags and examples;
+"localcloud --version" prints the version.
 Exit codes: 0 success, 1 failure, 2 usage mistake; run passes its command's on.
-`
+`)
+	return b.String()
+}
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -112,7 +141,10 @@ func (a *app) commands() map[string]command {
 		"backup":   &backupCommand{app: a},
 		"restore":  &restoreCommand{app: a},
 		"bench":    &benchCommand{app: a},
-		"asyncapi": &asyncapiCommand{app: a},
+		"asyncapi":   &asyncapiCommand{app: a},
+		"init":       &initCommand{app: a},
+		"version":    &versionCommand{app: a},
+		"completion": &completionCommand{app: a},
 		// Hidden: a load process of bench --processes.
 		benchWorkerName: &benchWorkerCommand{app: a},
 	}
@@ -120,10 +152,14 @@ func (a *app) commands() map[string]command {
 
 func (a *app) main(ctx context.Context, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(a.stderr, usageText)
+		fmt.Fprint(a.stderr, usageText())
 		return exitUsage
 	}
 	name := args[0]
+	switch name {
+	case "--version", "-version", "-V":
+		name, args = "version", append([]string{"version"}, args[1:]...)
+	}
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
@@ -132,7 +168,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 				return exitOK
 			}
 		}
-		fmt.Fprint(a.stdout, usageText)
+		fmt.Fprint(a.stdout, usageText())
 		return exitOK
 	}
 	c, ok := a.commands()[name]

@@ -138,6 +138,13 @@ Variables:
      "visibilityTimeout":"30s","visibilityTimeoutMs":30000,"durability":"normal"}
 
 Go apps open a binding with kv.FromEnv(ctx, name) or queue.FromEnv(ctx, name).
+When up is not running, env says so on stderr: with notify.listen on port 0
+LOCALCLOUD_NATS_URL is left out; with a fixed port it is set, but nothing of
+this stack listens there yet.
+
+Examples:
+  eval "$(localcloud env)"
+  localcloud env -f examples/stack.yaml --json
 
 Flags:
 `)

@@ -42,6 +42,7 @@ func (c *queueCommand) Run(ctx context.Context, args []string) error {
 		"stats":   c.stats,
 		"extend":  c.extend,
 		"redrive": c.redrive,
+		"tail":    c.tail,
 	}, args)
 }
 
@@ -653,6 +654,7 @@ Usage:
   localcloud queue peek    BINDING             [--limit N] [--json]
   localcloud queue stats   BINDING             [--json]
   localcloud queue redrive DLQ                 [--to BINDING] [--max N] [--json]
+  localcloud queue tail    BINDING             [--existing] [--max N] [--json]
 
 Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 ./stack.yaml); flags may come before or after the arguments, and "--" ends
@@ -684,6 +686,11 @@ the flags.
            are not changed.
   stats    due, in-flight and total counts, the age of the oldest message,
            and the dead letters by origin and the messages being moved.
+  tail     prints each new message as it arrives (woken by up's hints,
+           else polling every second), never claiming it: the consumers
+           still get every message. --existing prints the ones already there
+           first; --max N stops after N; --json prints one JSON object per
+           line. A message sent and acked between two reads is not shown.
   redrive  moves the due messages of the dead-letter queue DLQ back to the
            queue each came from (or to --to BINDING), at most --max N; they
            start afresh there (attempt 0). Messages sent to DLQ directly have
@@ -701,9 +708,10 @@ Examples:
   localcloud queue redrive orders-dlq --max 10
   localcloud queue peek orders --limit 5
   localcloud queue purge orders --yes
+  localcloud queue tail orders --json
 
 Flags:
-  -f FILE          stack file
+  -f, --file FILE  stack file
   --json           print one JSON object instead of text (docs/CLI.md)
   --json-payload   send: the payload is JSON
   --delay D        send, nack: due D from now, 0-12h (default 0)
@@ -714,5 +722,7 @@ Flags:
   --wait D         receive: long-poll up to D
   --yes            purge: do not ask
   --limit N        peek: at most N messages, 1-1000 (default 20)
+  --existing       tail: print the messages already there first
+  --max N          tail: stop after N messages
 `)
 }

@@ -212,7 +212,12 @@ deleted, replaced or loosened, logs it and shows it in status; it never
 recreates one.
 
 SIGINT or SIGTERM stops up cleanly (exit 0, within 5 s); a second one exits
-at once.
+at once. A NATS port that is taken fails the start before anything is
+created.
+
+Examples:
+  localcloud up
+  localcloud up -f examples/stack.yaml -v
 
 Flags:
 `)
