@@ -62,19 +62,26 @@ func bashCompletion() string {
 #   source <(localcloud completion bash)
 # or save it as ~/.local/share/bash-completion/completions/localcloud.
 _localcloud() {
-    local cur prev cmd sub lc_file i
+    local cur prev cmd lc_file i n w
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
     cmd=${COMP_WORDS[1]}
-    sub=${COMP_WORDS[2]}
     lc_file=
-    for ((i = 1; i < COMP_CWORD; i++)); do
-        case ${COMP_WORDS[i]} in -f|--file) lc_file="-f ${COMP_WORDS[i+1]}" ;; esac
+    # n: the positional words before the current one (flags and the value
+    # of -f skipped), so "queue peek -f x.yaml BINDING" completes BINDING.
+    n=0
+    for ((i = 0; i < COMP_CWORD; i++)); do
+        w=${COMP_WORDS[i]}
+        case $w in
+            -f|--file) lc_file="-f ${COMP_WORDS[i+1]}"; ((i++)) ;;
+            -*) ;;
+            *) ((n++)) ;;
+        esac
     done
     case $prev in
         -f|--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
-    if ((COMP_CWORD == 1)); then
+    if ((n == 1)); then
         COMPREPLY=($(compgen -W "` + strings.Join(commandNamesInOrder(), " ") + ` --version -h --help" -- "$cur"))
         return
     fi
@@ -84,11 +91,11 @@ _localcloud() {
     fi
     case $cmd in
         kv)
-            if ((COMP_CWORD == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(kvSubcommands, " ") + `" -- "$cur"));
-            elif ((COMP_CWORD == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
+            if ((n == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(kvSubcommands, " ") + `" -- "$cur"));
+            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
         queue)
-            if ((COMP_CWORD == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(queueSubcommands, " ") + `" -- "$cur"));
-            elif ((COMP_CWORD == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
+            if ((n == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(queueSubcommands, " ") + `" -- "$cur"));
+            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
         check|backup|restore)
             COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")) ;;
         completion)
