@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Environment variables of the app contract: `localcloud env` and
@@ -102,4 +103,49 @@ func snippet(s string) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// EnvService returns the "service" value of a binding's JSON, "" when the
+// value is not a JSON object with a string service. ReadEnv reports what is
+// wrong with such a value; EnvService only lets FromEnv pick an engine.
+func EnvService(raw string) string {
+	var b struct {
+		Service string `json:"service"`
+	}
+	if json.Unmarshal([]byte(raw), &b) != nil {
+		return ""
+	}
+	return b.Service
+}
+
+// Engines is a registry of engines by the "service" value of their
+// binding JSON, for FromEnv. It is safe for concurrent use.
+type Engines[E any] struct {
+	mu sync.RWMutex
+	m  map[string]E
+}
+
+// Register adds e for service. Registering a service twice, or an empty
+// one, panics: it is a programming error, like database/sql.Register.
+func (r *Engines[E]) Register(service string, e E) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if service == "" {
+		panic("bindings: Register with an empty service")
+	}
+	if _, dup := r.m[service]; dup {
+		panic("bindings: Register called twice for service " + service)
+	}
+	if r.m == nil {
+		r.m = map[string]E{}
+	}
+	r.m[service] = e
+}
+
+// Lookup returns the engine registered for service.
+func (r *Engines[E]) Lookup(service string) (E, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.m[service]
+	return e, ok
 }

@@ -29,6 +29,10 @@ const (
 	// DefaultListen is the address of the embedded NATS server that carries
 	// wake-up hints. It is loopback, so no token is needed.
 	DefaultListen = "127.0.0.1:4222"
+	// DefaultExplorerListen is the address of the web explorer that up
+	// serves. When the stack file sets no explorer.listen and this port is
+	// taken, up picks a free port instead and says so.
+	DefaultExplorerListen = "127.0.0.1:4280"
 	// DefaultVisibilityTimeout is how long a received queue message stays
 	// hidden from other receivers before it is delivered again.
 	DefaultVisibilityTimeout = 30 * time.Second
@@ -102,10 +106,12 @@ type Stack struct {
 	DataDir string
 	// Notify configures the embedded NATS server.
 	Notify Notify
+	// Explorer configures the web explorer that up serves.
+	Explorer Explorer
 	// Bindings lists the bindings sorted by name.
 	Bindings []Binding
 	// Defaulted lists the fields the file left out and that took their
-	// default, as field paths: "dataDir", "notify.listen",
+	// default, as field paths: "dataDir", "notify.listen", "explorer.listen",
 	// "bindings.orders.visibilityTimeout", "bindings.carts.durability",
 	// "bindings.carts.path". A dataDir replaced with [WithDataDir] is not
 	// listed.
@@ -120,6 +126,24 @@ type Notify struct {
 	// Token is the NATS authorization token; "" for none. Required when the
 	// host of Listen is not a loopback address.
 	Token string
+}
+
+// Explorer configures the web explorer: pages and a JSON API, on loopback
+// only, to look at and operate every binding while up runs.
+type Explorer struct {
+	// Enabled reports whether up serves the explorer; "explorer: off" turns
+	// it off. Defaults to true.
+	Enabled bool
+	// Listen is host:port on a loopback address (an IP literal or
+	// localhost); port 0 picks a free port. Defaults to
+	// [DefaultExplorerListen].
+	Listen string
+	// ListenGiven reports that the stack file set listen: a port that is
+	// taken is then an error instead of a reason to pick a free one.
+	ListenGiven bool
+	// ReadOnly refuses every change through the explorer (send, purge,
+	// redrive, put, delete). Defaults to false.
+	ReadOnly bool
 }
 
 // Binding is one KV store or queue of a stack.
@@ -222,25 +246,21 @@ func WithDataDir(dir string) Option {
 // Load reads and checks the stack file at path. Relative paths in it are
 // resolved against the file's folder. Problems name the file as path was
 // given. A file that cannot be read gives a wrapped error (errors.Is(err,
-// fs.ErrNotExist) for a missing one); a file with mistakes gives an [*Errors]
-// listing all of them.
+// fs.ErrNotExist) for a missing one); a path that is not a regular file
+// gives a [*NotRegularError] and is never read (see [ReadFile]); a file
+// with mistakes gives an [*Errors] listing all of them.
 func Load(path string, opts ...Option) (*Stack, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("load stack file %s: %w", path, err)
 	}
-	f, err := os.Open(path)
+	data, size, err := readStackFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("load stack file: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+	if size > MaxFileSize {
 		// Parse can only say "larger than"; here the size is known.
-		return nil, newErrors([]Problem{{File: path, Msg: fmt.Sprintf("file is %d bytes, larger than the limit of %d bytes", fi.Size(), MaxFileSize)}})
-	}
-	data, err := readLimited(f)
-	if err != nil {
-		return nil, fmt.Errorf("load stack file: read %s: %w", path, err)
+		return nil, newErrors([]Problem{{File: path, Msg: fmt.Sprintf("file is %d bytes, larger than the limit of %d bytes", size, MaxFileSize)}})
 	}
 	return parse(data, path, abs, filepath.Dir(abs), opts)
 }

@@ -142,8 +142,20 @@ func TestFlowDepthLimit(t *testing.T) {
 	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: "+deep(101)+"\n\x00")
 	wantProblems(t, err, "4:0: : invalid YAML: control character 0x00 is not allowed")
 
+	// Also when the nest is shallow: yaml.v3 alone would only say
+	// "control characters are not allowed", naming neither byte nor line.
+	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: [1]\n\x7f")
+	wantProblems(t, err, "4:0: : invalid YAML: control character 0x7f is not allowed")
+	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\n\nx: \xff\n")
+	wantProblems(t, err, "4:0: : invalid YAML: byte 0xff is not UTF-8")
+
 	_, err = parseIn(t, t.TempDir(), "version: 1\nname: shop\nx: "+deep(100)+"\n")
 	wantProblems(t, err, "3:1: x: unknown field")
+
+	// Garbage is reported as such however shallow its brackets (an
+	// executable's first bytes, "\x7fELF", have few or many by chance).
+	_, err = parseIn(t, t.TempDir(), "\x7fELF\x02\x01\x01 version: 1\n")
+	wantProblems(t, err, "1:0: : invalid YAML: control character 0x7f is not allowed")
 
 	brackets := strings.Repeat("[{", 200)
 	s := mustParse(t, t.TempDir(), "version: 1\nname: shop # "+brackets+"\nnotify:\n  listen: 127.0.0.1:0\n  token: \"\\\""+brackets+"\"\n  # "+brackets+"\nbindings:\n  q:\n    type: queue\n    path: '"+brackets+"'\n")

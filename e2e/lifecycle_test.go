@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -88,7 +89,7 @@ func queueRows(t *testing.T, dir string) map[string]int {
 		t.Fatalf("open the queue store %s: %v", dir, err)
 	}
 	defer q.Close()
-	rows, err := q.DB().R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
+	rows, err := admin.QueueDB(q).R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func kvRows(t *testing.T, dir string) map[string]string {
 		t.Fatalf("open the KV store %s: %v", dir, err)
 	}
 	defer s.Close()
-	rows, err := s.DB().R.QueryContext(ctx, `SELECT key, value FROM kv`)
+	rows, err := admin.KVDB(s).R.QueryContext(ctx, `SELECT key, value FROM kv`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,22 +7,23 @@
 //
 // # Pieces
 //
-//   - [Server] is an embedded NATS server started by `localcloud up` ([StartServer]). It listens on
-//     loopback by default, never installs signal handlers and routes its logs to slog.
 //   - [Subject] names the subject of one queue binding: localcloud.<stack>.<binding>.available.
 //     [Hint] is the JSON payload published on it.
 //   - [Publisher] turns every "a message became due" event into at most one hint per subject per
 //     window (2 ms by default), without ever dropping the trailing hint of a burst.
+//     [Publisher.NotifySent] also names the largest message id the sends inserted
+//     ([Hint.LastID]), so that `localcloud up` adds no hint of its own for them.
 //   - [Watch] is the consumer side: it subscribes to one subject, survives the server going away
 //     and coming back, and calls a wake function.
-//   - [DirWatcher] covers writers that do not publish hints (another process, another tool): it
-//     watches store directories with inotify and reports writes to the database files, coalesced
-//     the same way.
-//   - [AsyncAPI] describes a stack's hint channels as an AsyncAPI 3.0.0 document.
+//
+// This package is the client side only and links the nats.go client alone. The embedded NATS
+// server (internal/hintserver), the inotify directory watcher for writers that publish no hints
+// (internal/dirwatch) and the AsyncAPI document (internal/asyncapi) live in packages that only
+// `localcloud up` and the CLI import, so an app never links nats-server, fsnotify or yaml.v3.
 //
 // # Coalescing
 //
-// [Publisher] and [DirWatcher] share one rule, applied per key (subject or directory): an event
+// [Publisher] and the directory watcher share one rule, applied per key (subject or directory): an event
 // fires at once if nothing fired for that key within the last window (leading edge, so an
 // isolated send is hinted with no added delay); otherwise one trailing fire is scheduled for the
 // end of the window, and every event until then folds into it. So under any load a key fires at

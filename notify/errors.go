@@ -4,18 +4,9 @@ import "errors"
 
 // Errors returned by this package. Returned errors wrap them with context; test with errors.Is.
 var (
-	// ErrAddrInUse means the hint server's listen address is already taken by another process.
-	ErrAddrInUse = errors.New("address already in use")
-
-	// ErrInvalidAddr means a listen address is not of the form host:port with a numeric port.
-	ErrInvalidAddr = errors.New("invalid listen address")
-
-	// ErrNotReady means the embedded NATS server did not start accepting clients in time.
-	ErrNotReady = errors.New("hint server not ready")
-
 	// ErrInvalidName means a stack or binding name cannot be used as one NATS subject token.
 	ErrInvalidName = errors.New("invalid name")
 
-	// ErrClosed means the Publisher or DirWatcher was already closed.
+	// ErrClosed means the Publisher was already closed.
 	ErrClosed = errors.New("closed")
 )

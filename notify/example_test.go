@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"time"
 
 	"github.com/localcloud/localcloud/notify"
@@ -18,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 
 	// localcloud up: the server, and a publisher on an in-process connection.
-	srv, err := notify.StartServer(ctx, notify.ServerOptions{Listen: "127.0.0.1:0", Token: "t"})
+	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0", Token: "t"})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"net"
 	"strconv"
 	"sync"
@@ -17,14 +18,14 @@ const waitTimeout = 20 * time.Second
 
 // startTestServer starts a hint server on 127.0.0.1 (a free port unless listen says otherwise)
 // and shuts it down when the test ends.
-func startTestServer(t testing.TB, listen, token string) *Server {
+func startTestServer(t testing.TB, listen, token string) *hintserver.Server {
 	t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	s, err := StartServer(context.Background(), ServerOptions{Listen: listen, Token: token})
+	s, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: listen, Token: token})
 	if err != nil {
-		t.Fatalf("StartServer(%q): %v", listen, err)
+		t.Fatalf("hintserver.StartServer(%q): %v", listen, err)
 	}
 	t.Cleanup(s.Shutdown)
 	return s

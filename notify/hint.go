@@ -30,6 +30,13 @@ type Hint struct {
 	// At is when the hint was published, in Unix milliseconds. An integer rather than a
 	// timestamp string so that every language reads it without a date parser.
 	At int64 `json:"at"`
+
+	// LastID is the largest message id inserted by the sends this hint reports, when its
+	// publisher knows them (localcloud's queue library does); 0, and absent from the JSON,
+	// otherwise. The hint is published after that message's commit, and the ids of the spec's
+	// AUTOINCREMENT messages table grow in commit order, so the hint follows every insert with
+	// an id up to LastID: `localcloud up` publishes no hint of its own for those.
+	LastID int64 `json:"lastId,omitempty"`
 }
 
 // Time returns At as a time.Time.

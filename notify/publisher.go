@@ -73,6 +73,7 @@ type subjectState struct {
 	last    time.Time   // when the last hint was decided; zero before the first
 	pending bool        // a trailing hint is scheduled
 	due     int64       // Due of the latest call, published by the trailing hint
+	lastID  int64       // largest LastID of the calls folded into the trailing hint
 	timer   *time.Timer // fires the trailing hint
 }
 
@@ -124,7 +125,16 @@ func dialOptions(token string, extra ...nats.Option) []nats.Option {
 // one window old, otherwise at the end of that window with the due value of the latest call.
 // Either way a hint is published after this call. Notify never blocks on the network. After
 // Close it does nothing.
-func (p *Publisher) Notify(subject string, due int64) {
+func (p *Publisher) Notify(subject string, due int64) { p.notify(subject, due, 0) }
+
+// NotifySent is Notify for sends whose largest inserted message id is lastID: the hint
+// carries it as Hint.LastID (the largest of the calls it reports), so that `localcloud up`
+// knows the hint covers those inserts.
+func (p *Publisher) NotifySent(subject string, due, lastID int64) {
+	p.notify(subject, due, max(lastID, 0))
+}
+
+func (p *Publisher) notify(subject string, due, lastID int64) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -137,6 +147,7 @@ func (p *Publisher) Notify(subject string, due int64) {
 		p.subjects[subject] = st
 	}
 	st.due = due
+	st.lastID = max(st.lastID, lastID)
 	if st.pending {
 		p.mu.Unlock()
 		p.coalesced.Add(1)
@@ -156,9 +167,10 @@ func (p *Publisher) Notify(subject string, due int64) {
 		}
 	}
 	st.last = now
+	lastID, st.lastID = st.lastID, 0
 	p.inflight.Add(1)
 	p.mu.Unlock()
-	p.publish(subject, due)
+	p.publish(subject, due, lastID)
 	p.inflight.Done()
 }
 
@@ -171,16 +183,17 @@ func (p *Publisher) fire(st *subjectState) {
 	}
 	st.pending = false
 	st.last = time.Now()
-	due := st.due
+	due, lastID := st.due, st.lastID
+	st.lastID = 0
 	p.inflight.Add(1)
 	p.mu.Unlock()
-	p.publish(st.subject, due)
+	p.publish(st.subject, due, lastID)
 	p.inflight.Done()
 }
 
-func (p *Publisher) publish(subject string, due int64) {
+func (p *Publisher) publish(subject string, due, lastID int64) {
 	_, binding, _ := ParseSubject(subject)
-	data, err := json.Marshal(Hint{Binding: binding, Due: due, At: time.Now().UnixMilli()})
+	data, err := json.Marshal(Hint{Binding: binding, Due: due, At: time.Now().UnixMilli(), LastID: lastID})
 	if err == nil {
 		err = p.nc.Publish(subject, data)
 	}
@@ -191,6 +204,9 @@ func (p *Publisher) publish(subject string, due int64) {
 	}
 	p.published.Add(1)
 }
+
+// Conn returns the NATS connection the Publisher publishes on.
+func (p *Publisher) Conn() *nats.Conn { return p.nc }
 
 // Stats returns the counters so far.
 func (p *Publisher) Stats() PublisherStats {
@@ -213,8 +229,8 @@ func (p *Publisher) Close() {
 	}
 	p.closed = true
 	type pendingHint struct {
-		subject string
-		due     int64
+		subject     string
+		due, lastID int64
 	}
 	var flush []pendingHint
 	for _, st := range p.subjects {
@@ -223,13 +239,14 @@ func (p *Publisher) Close() {
 		}
 		if st.pending {
 			st.pending = false
-			flush = append(flush, pendingHint{st.subject, st.due})
+			flush = append(flush, pendingHint{st.subject, st.due, st.lastID})
+			st.lastID = 0
 		}
 	}
 	p.mu.Unlock()
 
 	for _, h := range flush {
-		p.publish(h.subject, h.due)
+		p.publish(h.subject, h.due, h.lastID)
 	}
 	p.inflight.Wait()
 	if p.nc.IsConnected() {

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"sync"
 	"testing"
 	"time"
@@ -8,7 +9,7 @@ import (
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
-func newTestPublisher(t testing.TB, s *Server, opts PublisherOptions) *Publisher {
+func newTestPublisher(t testing.TB, s *hintserver.Server, opts PublisherOptions) *Publisher {
 	t.Helper()
 	p, err := DialPublisher(s.URL(), "", opts)
 	if err != nil {
@@ -199,4 +200,25 @@ func TestDialPublisherBeforeServer(t *testing.T) {
 		p.Notify(subject, i)
 		return rec.count() > 0
 	})
+}
+
+// TestPublisherLastID: a hint carries the largest lastID of the NotifySent
+// calls it reports, and none after it was published.
+func TestPublisherLastID(t *testing.T) {
+	t.Parallel()
+	s := startTestServer(t, "", "")
+	subject := Subject("shop", "orders")
+	rec := subscribe(t, s.URL(), subject)
+	p := newTestPublisher(t, s, PublisherOptions{Window: time.Hour})
+
+	p.NotifySent(subject, DueUnknown, 5) // published at once
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "first hint", func() bool { return rec.count() == 1 })
+	p.NotifySent(subject, DueUnknown, 9) // folded into the trailing hint
+	p.NotifySent(subject, DueUnknown, 7)
+	p.Notify(subject, DueUnknown)
+	p.Close() // publishes the trailing hint
+	testutil.CheckFor(t, waitTimeout, 2*time.Millisecond, "trailing hint", func() bool { return rec.count() == 2 })
+	if got := rec.snapshot(); got[0].LastID != 5 || got[1].LastID != 9 {
+		t.Fatalf("hints %+v, want lastId 5 then 9", got)
+	}
 }

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,8 +13,8 @@ import (
 )
 
 // interest reports whether a client subscription matches subject on s.
-func interest(s *Server, subject string) bool {
-	return s.ns.GlobalAccount().SubscriptionInterest(subject)
+func interest(s *hintserver.Server, subject string) bool {
+	return s.HasInterest(subject)
 }
 
 // publishRaw publishes one hint as any NATS client could.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -109,7 +110,7 @@ func appendMessages(tb testing.TB, q *queue.Queue, n int) {
 	tb.Helper()
 	ctx := context.Background()
 	at := time.Now().UnixMilli()
-	err := q.DB().Write(ctx, func(tx *sqlstore.Tx) error {
+	err := admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		for range n {
 			if _, err := tx.Exec(ctx, specSend, string(queue.TypeText), payload100, at); err != nil {
 				return err

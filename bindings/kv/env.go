@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv/driver"
 )
 
 // Service is the "service" value of a KV binding's JSON in the environment.
@@ -51,7 +52,32 @@ func FromEnv(ctx context.Context, name string, opts ...Option) (*Store, error) {
 	return fromEnv(ctx, name, os.LookupEnv, opts)
 }
 
+// engines holds the engines of other services (Register).
+var engines bindings.Engines[driver.Engine]
+
+// Register makes FromEnv open a binding whose JSON names service with the
+// engine e, which gets the binding's JSON in driver.Config.Binding. The
+// SQLite engine ("local-kv", Service) is built in. Registering a service
+// twice panics.
+func Register(service string, e driver.Engine) {
+	if service == Service {
+		panic("kv: Register: " + Service + " is the built-in SQLite engine")
+	}
+	engines.Register(service, e)
+}
+
 func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Store, error) {
+	if raw, ok := lookup(EnvName(name)); ok {
+		if svc := bindings.EnvService(raw); svc != Service {
+			if e, ok := engines.Lookup(svc); ok {
+				s, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw)}, opts)
+				if err != nil {
+					return nil, fmt.Errorf("open KV binding from %s: %w", EnvName(name), err)
+				}
+				return s, nil
+			}
+		}
+	}
 	b, err := readEnv(name, lookup)
 	if err != nil {
 		return nil, err

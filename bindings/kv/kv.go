@@ -1,77 +1,69 @@
-// Package kv is localcloud's key-value binding: the localkv.v1 store format
-// (one SQLite file, <dir>/localkv.sqlite), safe to share between any number
-// of handles and OS processes.
+// Package kv is localcloud's key-value binding, safe to share between any
+// number of handles and OS processes. It is one API over pluggable engines
+// (bindings/kv/driver): Open and OpenMemory use the SQLite engine (the
+// localkv.v1 store format, one SQLite file <dir>/localkv.sqlite, or a shared
+// in-memory database), FromEnv picks the engine the binding's JSON names,
+// and OpenEngine opens a store of any engine, including one from another
+// module.
 //
 // Keys are 1..512 bytes of A-Z a-z 0-9 - _ : . and values at most 24,576
 // bytes, binary safe. A key may carry a TTL; expired keys read as absent.
+// This package checks every argument and decodes scan cursors, so every
+// engine gets the same validation and the same INVALID_INPUT errors.
 package kv
 
 import (
 	"context"
-	"database/sql/driver"
 	"encoding/base64"
+	"github.com/localcloud/localcloud/internal/engine/hook"
+	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/bindings/kv/driver"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
-// Limits of the localkv.v1 binding.
+// Limits of the KV binding, the same for every engine.
 const (
-	MaxKeyBytes   = 512
-	MaxValueBytes = 24576
+	MaxKeyBytes   = driver.MaxKeyBytes
+	MaxValueBytes = driver.MaxValueBytes
 	// DefaultScanLimit is the page size callers should use when they have no
 	// preference; it is also the largest page Scan returns.
 	DefaultScanLimit = 1000
 	MaxScanLimit     = 1000
 )
 
-// FileName is the database file inside a KV store directory.
+// FileName is the database file inside a KV store directory of the SQLite
+// engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const FileName = "localkv.sqlite"
 
-// Marker is the format identifier in the meta table.
+// Marker is the format identifier in the meta table of the SQLite engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const Marker = "localkv.v1"
 
 // Schema is the provider DDL of localkv.v1, exactly as the spec writes it.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const Schema = `CREATE TABLE IF NOT EXISTS kv (
 key TEXT PRIMARY KEY,
 value BLOB NOT NULL,
 expires_at INTEGER -- unix epoch MILLISECONDS, NULL = no expiry
 );`
 
-var format = sqlstore.Format{
-	Marker: Marker,
-	File:   FileName,
-	Schema: Schema,
-	OpCode: bindings.CodeKVOperationFailed,
-}
-
-// Format returns the description of localkv.v1 used by the store plumbing.
-func Format() sqlstore.Format { return format }
-
-// The spec's statements.
-const (
-	stmtGet         = `SELECT value, expires_at FROM kv WHERE key = ?1`
-	stmtExists      = `SELECT expires_at FROM kv WHERE key = ?1`
-	stmtDeleteIfExp = `DELETE FROM kv WHERE key = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2`
-	stmtPut         = `INSERT INTO kv (key, value, expires_at) VALUES (?1, ?2, ?3)
-ON CONFLICT(key) DO UPDATE SET value = ?2, expires_at = ?3`
-	stmtPutIfAbsent = `INSERT INTO kv (key, value, expires_at) VALUES (?1, ?2, ?3)
-ON CONFLICT(key) DO UPDATE SET value = ?2, expires_at = ?3
-WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= ?4`
-	stmtDelete = `DELETE FROM kv WHERE key = ?1`
-	// The prefix range [prefix, upper) holds exactly the keys that start
-	// with prefix (prefix bytes are ASCII below 0x7f, see validKey).
-	stmtScan = `SELECT key, value FROM kv
-WHERE key >= ?1 AND key < ?2 AND key > ?3 AND (expires_at IS NULL OR expires_at > ?4)
-ORDER BY key LIMIT ?5`
-)
+// MemoryPrefix starts the location of an in-memory store of the SQLite
+// engine: "memory:NAME" (what Path returns for one).
+const MemoryPrefix = "memory:"
 
 // Store is a handle on one KV store. It is safe for concurrent use.
 type Store struct {
-	db  *sqlstore.DB
-	now func() time.Time
+	drv driver.Store
 }
 
 // Item is one key and its value.
@@ -87,70 +79,68 @@ type Page struct {
 	NextCursor string
 }
 
-// Open opens or creates the store in dir (created 0700; the file 0600).
+// Open opens or creates the SQLite store in dir (created 0700; the file
+// 0600).
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
-	o := buildOptions(opts)
-	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
-		return nil, err
-	}
-	db, err := sqlstore.Open(ctx, dir, format, sqlstore.Options{Durability: o.durability, Logger: o.logger, ReadOnly: o.readOnly})
-	if err != nil {
-		return nil, err
-	}
-	return &Store{db: db, now: o.clock}, nil
+	return OpenEngine(ctx, sqlitekv.Engine{}, dir, opts...)
 }
 
 // OpenMemory opens the in-memory store called name, shared by every handle
 // of this process that names it and gone when the last one closes. For
-// tests of apps: same semantics, no files.
+// tests of apps: same semantics, no files. Its Path is "memory:NAME".
 func OpenMemory(ctx context.Context, name string, opts ...Option) (*Store, error) {
+	return OpenEngine(ctx, sqlitekv.Engine{}, MemoryPrefix+name, opts...)
+}
+
+// OpenEngine opens the store at location (in the form the engine defines)
+// with the engine e: the way to use an engine of another module, and what a
+// kvtest harness calls.
+func OpenEngine(ctx context.Context, e driver.Engine, location string, opts ...Option) (*Store, error) {
+	return openEngine(ctx, e, driver.Config{Location: location}, opts)
+}
+
+func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []Option) (*Store, error) {
 	o := buildOptions(opts)
-	db, err := sqlstore.OpenMemory(ctx, name, format, sqlstore.Options{Logger: o.logger})
+	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "engine: must not be nil")
+	}
+	cfg.Clock, cfg.Durability, cfg.ReadOnly = o.clock, string(o.durability), o.readOnly
+	cfg.Logger = o.logger
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d, err := e.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, now: o.clock}, nil
+	return &Store{drv: d}, nil
 }
 
-// Path returns the database file (or "memory:<name>").
-func (s *Store) Path() string { return s.db.Path }
+// Path returns where the store is, for people: the SQLite engine's database
+// file, or "memory:<name>".
+func (s *Store) Path() string { return s.drv.Path() }
 
 // Close releases the handle. Safe to call twice.
-func (s *Store) Close() error { return s.db.Close() }
-
-func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
+func (s *Store) Close() error { return s.drv.Close() }
 
 func opErr(err error, format string, args ...any) error {
 	return bindings.Wrap(bindings.CodeKVOperationFailed, err, format, args...)
 }
 
 // Get returns the value of key and whether it exists. An expired key is
-// absent (and its row is deleted).
+// absent.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := validKey("key", key); err != nil {
 		return nil, false, err
 	}
-	now := s.nowMillis()
-	var row [2]driver.Value // value, expires_at
-	found, err := s.db.ReadRow(ctx, stmtGet, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
+	v, found, err := s.drv.Get(ctx, key)
 	if err != nil {
 		return nil, false, opErr(err, "get %q", key)
 	}
-	if !found {
-		return nil, false, nil
-	}
-	if exp, ok := row[1].(int64); ok && exp <= now {
-		return nil, false, s.deleteExpired(ctx, key, now)
-	}
-	switch v := row[0].(type) {
-	case []byte:
-		if v != nil {
-			return v, true, nil
-		}
-	case string: // TEXT written by another program into the BLOB column
-		return []byte(v), true, nil
-	}
-	return []byte{}, true, nil
+	return v, found, nil
 }
 
 // Exists reports whether key holds a live value.
@@ -158,24 +148,11 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	if err := validKey("key", key); err != nil {
 		return false, err
 	}
-	now := s.nowMillis()
-	var row [1]driver.Value // expires_at
-	found, err := s.db.ReadRow(ctx, stmtExists, []driver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
+	ok, err := s.drv.Exists(ctx, key)
 	if err != nil {
 		return false, opErr(err, "exists %q", key)
 	}
-	if !found {
-		return false, nil
-	}
-	if exp, ok := row[0].(int64); ok && exp <= now {
-		return false, s.deleteExpired(ctx, key, now)
-	}
-	return true, nil
-}
-
-func (s *Store) deleteExpired(ctx context.Context, key string, now int64) error {
-	_, err := s.db.Exec(ctx, stmtDeleteIfExp, key, now)
-	return opErr(err, "delete expired key %q", key)
+	return ok, nil
 }
 
 // Put stores value under key. Without options it always writes and returns
@@ -198,28 +175,9 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, opts ...PutOp
 		return false, bindings.Errorf(bindings.CodeInvalidInput, "ttl: must be 0 or more, got %s", o.ttl)
 	}
 	if value == nil {
-		value = []byte{} // value is NOT NULL
+		value = []byte{}
 	}
-	now := s.nowMillis()
-	var exp any
-	if o.hasTTL {
-		exp = now + o.ttl.Milliseconds()
-	}
-	// One statement each, so each runs as its own transaction.
-	if !o.ifNotExists {
-		_, err := s.db.Exec(ctx, stmtPut, key, value, exp)
-		if err != nil {
-			return false, opErr(err, "put %q", key)
-		}
-		return true, nil
-	}
-	res, err := s.db.Exec(ctx, stmtPutIfAbsent, key, value, exp, now)
-	var won bool
-	if err == nil {
-		var n int64
-		n, err = res.RowsAffected()
-		won = n == 1
-	}
+	won, err := s.drv.Put(ctx, key, value, driver.Put{TTL: o.ttl, HasTTL: o.hasTTL, IfAbsent: o.ifNotExists})
 	if err != nil {
 		return false, opErr(err, "put %q", key)
 	}
@@ -231,8 +189,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := validKey("key", key); err != nil {
 		return err
 	}
-	_, err := s.db.Exec(ctx, stmtDelete, key)
-	return opErr(err, "delete %q", key)
+	return opErr(s.drv.Delete(ctx, key), "delete %q", key)
 }
 
 // Scan returns up to limit (0..MaxScanLimit) live keys starting with prefix,
@@ -257,36 +214,18 @@ func (s *Store) Scan(ctx context.Context, prefix string, limit int, cursor strin
 	if limit == 0 {
 		return Page{}, nil
 	}
-	st, err := s.db.ReadStmt(ctx, stmtScan)
+	items, more, err := s.drv.Scan(ctx, prefix, after, limit)
 	if err != nil {
 		return Page{}, opErr(err, "scan %q", prefix)
 	}
-	upper := prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
-	rows, err := st.QueryContext(ctx, prefix, upper, after, s.nowMillis(), limit+1)
-	if err != nil {
-		return Page{}, opErr(err, "scan %q", prefix)
-	}
-	defer rows.Close()
 	var page Page
-	more := false
-	for rows.Next() {
-		if len(page.Items) == limit {
-			more = true
-			break
+	if len(items) > 0 {
+		page.Items = make([]Item, len(items))
+		for i, it := range items {
+			page.Items[i] = Item(it)
 		}
-		var it Item
-		if err := rows.Scan(&it.Key, &it.Value); err != nil {
-			return Page{}, opErr(err, "scan %q", prefix)
-		}
-		if it.Value == nil {
-			it.Value = []byte{}
-		}
-		page.Items = append(page.Items, it)
 	}
-	if err := rows.Err(); err != nil {
-		return Page{}, opErr(err, "scan %q", prefix)
-	}
-	if more {
+	if more && len(page.Items) > 0 {
 		page.NextCursor = encodeCursor(prefix, page.Items[len(page.Items)-1].Key)
 	}
 	return page, nil
@@ -331,23 +270,10 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// validKey checks a key or scan prefix: 1..512 bytes of A-Z a-z 0-9 - _ : .
-func validKey(field, key string) error {
-	if len(key) == 0 || len(key) > MaxKeyBytes {
-		return bindings.Errorf(bindings.CodeInvalidInput,
-			"%s: must be 1 to %d bytes, got %d bytes", field, MaxKeyBytes, len(key))
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == ':', c == '.':
-		default:
-			return bindings.Errorf(bindings.CodeInvalidInput,
-				"%s: may hold only A-Z a-z 0-9 - _ : . but byte %d is %q in %q", field, i, c, truncate(key, 64))
-		}
-	}
-	return nil
-}
+// validKey checks a key or scan prefix: the rule is driver.ValidKey, which
+// engines use too.
+func validKey(field, key string) error { return driver.ValidKey(field, key) }
 
-// DB returns the store plumbing, for localcloud's own tools and tests.
-func (s *Store) DB() *sqlstore.DB { return s.db }
+func init() {
+	hook.KVDriver = func(s any) any { return s.(*Store).drv }
+}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,8 @@ func TestConformanceFile(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "store")
 		return kvtest.Harness{
 			Persistent: true,
+			Caps:       kvtest.Capabilities{ControlsTime: true},
+			Check:      integrityCheck,
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				t.Helper()
 				s, err := kv.Open(ctx, dir, opts...)
@@ -44,9 +47,31 @@ var memSeq atomic.Int64
 
 func TestConformanceMemory(t *testing.T) {
 	t.Parallel()
-	kvtest.Run(t, func(t *testing.T) kvtest.Harness {
+	kvtest.Run(t, memoryHarness(kvtest.Capabilities{ControlsTime: true}))
+}
+
+// TestConformanceMemoryServerTime runs the suite as it runs on an engine
+// that keeps its own time: no fake clock, real waits.
+func TestConformanceMemoryServerTime(t *testing.T) {
+	t.Parallel()
+	kvtest.Run(t, memoryHarness(kvtest.Capabilities{}))
+}
+
+// integrityCheck is the SQLite engine's own check after every case.
+func integrityCheck(t *testing.T, s *kv.Store) {
+	t.Helper()
+	var res string
+	if err := admin.KVDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		t.Errorf("integrity_check = %q, %v; want ok", res, err)
+	}
+}
+
+func memoryHarness(caps kvtest.Capabilities) func(t *testing.T) kvtest.Harness {
+	return func(t *testing.T) kvtest.Harness {
 		name := fmt.Sprintf("conformance-%d", memSeq.Add(1))
 		return kvtest.Harness{
+			Caps:  caps,
+			Check: integrityCheck,
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				t.Helper()
 				s, err := kv.OpenMemory(ctx, name, opts...)
@@ -56,7 +81,7 @@ func TestConformanceMemory(t *testing.T) {
 				return s
 			},
 		}
-	})
+	}
 }
 
 func TestFileModes(t *testing.T) {
@@ -309,7 +334,7 @@ func TestReadOnly(t *testing.T) {
 	}
 	defer s.Close()
 	s.Put(ctx, "k", []byte("v"))
-	ro, err := kv.Open(ctx, dir, kv.ReadOnly())
+	ro, err := kv.Open(ctx, dir, kv.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +345,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := ro.Put(ctx, "k2", []byte("v")); !errors.Is(err, bindings.ErrKVOperationFailed) {
 		t.Fatalf("read-only Put = %v; want KV_OPERATION_FAILED", err)
 	}
-	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.ReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
+	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.WithReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
 		t.Fatalf("read-only open of a missing store = %v", err)
 	}
 }

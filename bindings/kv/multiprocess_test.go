@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"io"
 	"os"
 	"strconv"
@@ -107,7 +108,7 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 		c.WantSuccess(t, mpLineWaitKV)
 	}
 	var res string
-	if err := s.DB().R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := admin.KVDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
 	}
 	t.Logf("wins per process over %d rounds: %v", mpRounds, winsPerProcess)

@@ -42,9 +42,14 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // bindings.DurabilityNormal.
 func WithDurability(d bindings.Durability) Option { return func(o *options) { o.durability = d } }
 
-// ReadOnly opens an existing store without creating or changing anything;
-// every write fails. For inspection tools.
-func ReadOnly() Option { return func(o *options) { o.readOnly = true } }
+// WithReadOnly opens an existing store without creating or changing
+// anything; every write fails. For inspection tools.
+func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
+
+// ReadOnly is WithReadOnly.
+//
+// Deprecated: use WithReadOnly; Open options are all named With....
+func ReadOnly() Option { return WithReadOnly() }
 
 // PutOption changes one Put.
 type PutOption func(*putOptions)

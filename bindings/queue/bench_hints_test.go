@@ -2,7 +2,9 @@ package queue_test
 
 import (
 	"context"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -27,10 +29,22 @@ import (
 const (
 	benchMessages = 1000
 	benchPace     = 2 * time.Millisecond
+
+	// The trickling writer: benchPacedMessages commits at random gaps in
+	// [benchGapMin, benchGapMax] (about 30 s a round).
+	benchPacedMessages = 200
+	benchGapMin        = 20 * time.Millisecond
+	benchGapMax        = 300 * time.Millisecond
 )
 
 // benchLatencies reports percentiles of lat.
 func benchLatencies(b *testing.B, lat []time.Duration) {
+	b.Helper()
+	benchLatenciesAs(b, "", lat)
+}
+
+// benchLatenciesAs reports percentiles of lat as prefix+"p50-ms" and so on.
+func benchLatenciesAs(b *testing.B, prefix string, lat []time.Duration) {
 	b.Helper()
 	if len(lat) == 0 {
 		b.Fatal("no latencies")
@@ -41,9 +55,9 @@ func benchLatencies(b *testing.B, lat []time.Duration) {
 		return lat[max(i, 0)]
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(pct(0.50)), "p50-ms")
-	b.ReportMetric(ms(pct(0.99)), "p99-ms")
-	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+	b.ReportMetric(ms(pct(0.50)), prefix+"p50-ms")
+	b.ReportMetric(ms(pct(0.99)), prefix+"p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), prefix+"max-ms")
 }
 
 // benchStarts records handler start times by message number (the payload).
@@ -89,10 +103,20 @@ func (s *benchStarts) wait(b testing.TB) {
 // its commit time; the latency of i is its handler start minus that.
 func benchRound(b *testing.B, starts *benchStarts, n int, pace time.Duration, send func(i int) time.Time) []time.Duration {
 	b.Helper()
+	return benchRoundGaps(b, starts, n, func(int) time.Duration { return pace }, send)
+}
+
+// benchRoundGaps is benchRound with gap(i) between the planned commit times
+// of messages i-1 and i.
+func benchRoundGaps(b *testing.B, starts *benchStarts, n int, gap func(i int) time.Duration, send func(i int) time.Time) []time.Duration {
+	b.Helper()
 	commits := make([]time.Time, n)
-	t0 := time.Now()
+	at := time.Now()
 	for i := range n {
-		time.Sleep(time.Until(t0.Add(time.Duration(i) * pace)))
+		if i > 0 {
+			at = at.Add(gap(i))
+		}
+		time.Sleep(time.Until(at))
 		commits[i] = send(i)
 	}
 	starts.wait(b)
@@ -147,43 +171,103 @@ func BenchmarkSendToHandler(b *testing.B) {
 // hint -> Consume -> handler. The foreign connection runs with SQLite's
 // default synchronous=FULL (an fsync inside every commit, holding the lock)
 // or with synchronous=NORMAL, localcloud's own default.
+//
+// pace=2ms commits back to back (1000 messages); pace=rand20-300ms commits
+// 200 messages at random gaps between 20 and 300 ms, as a writer that
+// trickles does: a commit then lands anywhere in the hint source's re-check
+// schedule of the commit before it (the seed is logged). hint-p50-ms and
+// so on are the latencies from each commit to the first hint a plain NATS
+// subscriber received after it: the hint source's share of the total.
 func BenchmarkForeignWriterToHandler(b *testing.B) {
 	for _, sync := range []string{"full", "normal"} {
-		b.Run("sync="+sync, func(b *testing.B) {
-			srv := hwServer(b)
-			dir := b.TempDir()
-			subject := notify.Subject("bench", "foreign")
-			consumer := hwOpen(b, dir, queue.WithHints(srv.URL(), "", subject))
-			hwSource(b, srv.URL(), dir, subject)
-			foreign := hwForeign(b, dir)
-			if _, err := foreign.Exec("PRAGMA synchronous=" + sync); err != nil {
-				b.Fatal(err)
-			}
-			insert := func(text string) time.Time {
-				now := time.Now().UnixMilli()
-				if _, err := foreign.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
-VALUES ('text', ?1, ?2, ?2, 0)`, text, now); err != nil {
-					b.Fatal(err)
-				}
-				return time.Now()
-			}
-			var all []time.Duration
-			for range b.N {
-				starts := newBenchStarts(benchMessages)
-				stop := hwConsume(b, consumer, starts.handler, queue.Workers(2), queue.PollInterval(hwNoPoll))
-				hwSubscribed(b, consumer, srv.URL(), subject)
-				insert("warm-up")
-				testutil.CheckFor(b, hwTimeout, time.Millisecond, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
-				all = append(all, benchRound(b, starts, benchMessages, benchPace, func(i int) time.Time {
-					return insert(strconv.Itoa(i))
-				})...)
-				if err := stop(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			benchLatencies(b, all)
-		})
+		for _, pace := range []string{"2ms", "rand20-300ms"} {
+			b.Run("sync="+sync+"/pace="+pace, func(b *testing.B) {
+				benchForeignWriter(b, sync, pace)
+			})
+		}
 	}
+}
+
+// benchForeignWriter is one case of BenchmarkForeignWriterToHandler.
+func benchForeignWriter(b *testing.B, syncMode, pace string) {
+	n, gap := benchMessages, func(int) time.Duration { return benchPace }
+	if pace != "2ms" {
+		seed := uint64(time.Now().UnixNano())
+		b.Logf("gap seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, seed))
+		n = benchPacedMessages
+		gap = func(int) time.Duration {
+			return benchGapMin + time.Duration(rng.Int64N(int64(benchGapMax-benchGapMin)+1))
+		}
+	}
+	srv := hwServer(b)
+	dir := b.TempDir()
+	subject := notify.Subject("bench", "foreign")
+	consumer := hwOpen(b, dir, queue.WithHints(srv.URL(), "", subject))
+	hwSource(b, srv.URL(), dir, subject)
+	foreign := hwForeign(b, dir)
+	if _, err := foreign.Exec("PRAGMA synchronous=" + syncMode); err != nil {
+		b.Fatal(err)
+	}
+	var hintMu sync.Mutex
+	var hints []time.Time
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	if _, err := nc.Subscribe(subject, func(*nats.Msg) {
+		hintMu.Lock()
+		hints = append(hints, time.Now())
+		hintMu.Unlock()
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	insert := func(text string) time.Time {
+		now := time.Now().UnixMilli()
+		if _, err := foreign.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', ?1, ?2, ?2, 0)`, text, now); err != nil {
+			b.Fatal(err)
+		}
+		return time.Now()
+	}
+	var all, toHint []time.Duration
+	for range b.N {
+		starts := newBenchStarts(n)
+		stop := hwConsume(b, consumer, starts.handler, queue.Workers(2), queue.PollInterval(hwNoPoll))
+		hwSubscribed(b, consumer, srv.URL(), subject)
+		insert("warm-up")
+		testutil.CheckFor(b, hwTimeout, time.Millisecond, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
+		hintMu.Lock()
+		hints = hints[:0]
+		hintMu.Unlock()
+		before := make([]time.Time, 0, n)
+		commits := make([]time.Time, 0, n)
+		all = append(all, benchRoundGaps(b, starts, n, gap, func(i int) time.Time {
+			before = append(before, time.Now())
+			at := insert(strconv.Itoa(i))
+			commits = append(commits, at)
+			return at
+		})...)
+		if err := stop(); err != nil {
+			b.Fatal(err)
+		}
+		hintMu.Lock()
+		for i, c := range commits {
+			// The first hint after Exec began is this commit's (the one
+			// before came 20+ ms earlier), even when it arrives before Exec
+			// returned to a descheduled caller (then it counts as 0).
+			if j, _ := slices.BinarySearchFunc(hints, before[i], time.Time.Compare); j < len(hints) {
+				toHint = append(toHint, max(hints[j].Sub(c), 0))
+			}
+		}
+		hintMu.Unlock()
+	}
+	benchLatencies(b, all)
+	benchLatenciesAs(b, "hint-", toHint)
 }
 
 // BenchmarkLeaseEndToRedelivery: time from a lease's end (visible_at) to
@@ -355,7 +439,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			if mode != "baseline" {
 				var opts []queue.Option
-				var srv *notify.Server
+				var srv *hintserver.Server
 				subject := notify.Subject("bench", "idle")
 				if mode == "nats" {
 					srv = hwServer(b)

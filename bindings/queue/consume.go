@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // Limits and defaults of Consume.
@@ -41,16 +40,26 @@ type consumeOptions struct {
 	log        *slog.Logger
 }
 
-// Workers sets how many handlers run at once, 1..MaxWorkers. Defaults to
-// DefaultWorkers (1).
-func Workers(n int) ConsumeOption { return func(o *consumeOptions) { o.workers = n } }
+// ConsumeWorkers sets how many handlers run at once, 1..MaxWorkers.
+// Defaults to DefaultWorkers (1).
+func ConsumeWorkers(n int) ConsumeOption { return func(o *consumeOptions) { o.workers = n } }
 
-// BatchSize sets the most messages one claim takes, 1..MaxReceiveBatch. A
-// claim never takes more than there are idle workers. Defaults to
-// min(workers, MaxReceiveBatch).
-func BatchSize(n int) ConsumeOption {
+// Workers is ConsumeWorkers.
+//
+// Deprecated: use ConsumeWorkers; Consume options are all named Consume....
+func Workers(n int) ConsumeOption { return ConsumeWorkers(n) }
+
+// ConsumeBatchSize sets the most messages one claim takes,
+// 1..MaxReceiveBatch. A claim never takes more than there are idle
+// workers. Defaults to min(workers, MaxReceiveBatch).
+func ConsumeBatchSize(n int) ConsumeOption {
 	return func(o *consumeOptions) { o.batch, o.batchSet = n, true }
 }
+
+// BatchSize is ConsumeBatchSize.
+//
+// Deprecated: use ConsumeBatchSize; Consume options are all named Consume....
+func BatchSize(n int) ConsumeOption { return ConsumeBatchSize(n) }
 
 // ConsumeVisibility sets the lease of every message Consume claims,
 // MinVisibility..MaxVisibility. While a handler runs, Consume extends its
@@ -62,18 +71,32 @@ func ConsumeVisibility(d time.Duration) ConsumeOption {
 	return func(o *consumeOptions) { o.visibility = d }
 }
 
-// PollInterval sets the fallback poll: the longest Consume waits without a
-// wake-up before it looks at the store, jittered by +-20%. Defaults to the
-// handle's WithPollInterval, itself defaulting to DefaultPollInterval (1 s).
-func PollInterval(d time.Duration) ConsumeOption { return func(o *consumeOptions) { o.poll = d } }
+// ConsumePollInterval sets the fallback poll: the longest Consume waits
+// without a wake-up before it looks at the store, jittered by +-20%.
+// Defaults to the handle's WithPollInterval, itself defaulting to
+// DefaultPollInterval (1 s).
+func ConsumePollInterval(d time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.poll = d }
+}
 
-// WithConsumeLogger sets where Consume reports handler errors, panics and
+// PollInterval is ConsumePollInterval.
+//
+// Deprecated: use ConsumePollInterval; WithPollInterval is the Open option,
+// Consume options are all named Consume....
+func PollInterval(d time.Duration) ConsumeOption { return ConsumePollInterval(d) }
+
+// ConsumeLogger sets where Consume reports handler errors, panics and
 // store errors. Defaults to the queue's logger (WithLogger), which defaults
 // to discarding them.
-func WithConsumeLogger(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
+func ConsumeLogger(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
+
+// WithConsumeLogger is ConsumeLogger.
+//
+// Deprecated: use ConsumeLogger; the With... names are Open options.
+func WithConsumeLogger(l *slog.Logger) ConsumeOption { return ConsumeLogger(l) }
 
 func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
-	o := consumeOptions{workers: DefaultWorkers, visibility: q.visibility, poll: q.hints.opts.poll, log: q.hints.log}
+	o := consumeOptions{workers: DefaultWorkers, visibility: q.visibility, poll: q.poll, log: q.log}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -93,12 +116,12 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 		return o, bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must be positive, got %s", o.poll)
 	}
 	if o.log == nil {
-		o.log = q.hints.log
+		o.log = q.log
 	}
 	return o, nil
 }
 
-// Consume runs handler on every message of the queue, on up to Workers
+// Consume runs handler on every message of the queue, on up to ConsumeWorkers
 // goroutines, until ctx ends. A handler that returns nil acks its message;
 // one that returns an error or panics (the panic is recovered and logged)
 // nacks it, so it comes back at once with Attempt one higher: check
@@ -183,14 +206,14 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		if look && idle > 0 {
 			// Take the wake channels first: a commit after this point
 			// wakes us even if the claim below misses it.
-			local, hint = q.hints.waitChans()
+			local, hint = q.drv.WaitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
-			msgs, err := q.Receive(ctx, k, WithVisibility(c.o.visibility))
+			msgs, err := q.Receive(ctx, k, ReceiveVisibility(c.o.visibility))
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
-			case err != nil && q.hints.isClosed():
+			case err != nil && q.isClosed():
 				return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 			case err != nil:
 				backoff = min(max(2*backoff, minErrorBackoff), c.o.poll)
@@ -219,11 +242,11 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			lc, hc = local, hint
 			timer.Reset(time.Until(wakeAt))
 			tc = timer.C
-			q.hints.waiting.Add(1)
+			q.waiting.Add(1)
 		}
 		ev := c.wait(ctx, lc, hc, tc)
 		if waiting {
-			q.hints.waiting.Add(-1)
+			q.waiting.Add(-1)
 		}
 		switch ev {
 		case evStop:
@@ -252,7 +275,7 @@ func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan t
 	select {
 	case <-ctx.Done():
 		return evStop
-	case <-c.q.hints.done:
+	case <-c.q.drv.Done():
 		return evClosed
 	case <-c.free:
 		return evFree
@@ -383,30 +406,19 @@ func (c *consumer) ackBatch(msgs []Message) {
 	}
 }
 
-// ackMany is Ack of several messages in one transaction. A stale receipt
-// does not fail the others; it is returned in stale.
+// ackMany is Ack of several messages in one go. A stale receipt does not
+// fail the others; it is returned in stale.
 func (q *Queue) ackMany(ctx context.Context, msgs []Message) (stale []Message, err error) {
-	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		stale = stale[:0]
-		for _, m := range msgs {
-			id, u, ok := parseReceipt(m.ReceiptHandle)
-			if !ok {
-				continue
-			}
-			res, err := tx.Exec(ctx, stmtAck, id, u)
-			if err != nil {
-				return err
-			}
-			if err := q.staleIfExists(ctx, tx, res, id); errors.Is(err, ErrStaleReceipt) {
-				stale = append(stale, m)
-			} else if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	receipts := make([]string, len(msgs))
+	for i, m := range msgs {
+		receipts[i] = m.ReceiptHandle
+	}
+	idx, err := q.drv.AckBatch(ctx, receipts)
 	if err != nil {
 		return nil, opErr(err, "ack %d messages", len(msgs))
+	}
+	for _, i := range idx {
+		stale = append(stale, msgs[i])
 	}
 	return stale, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -47,7 +48,7 @@ func hwConsume(t testing.TB, q *queue.Queue, h queue.Handler, opts ...queue.Cons
 func hwCount(t testing.TB, q *queue.Queue) int {
 	t.Helper()
 	var n int
-	if err := q.DB().R.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&n); err != nil {
+	if err := admin.QueueDB(q).R.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

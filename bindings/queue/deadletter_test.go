@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -24,7 +25,7 @@ import (
 type dlState struct {
 	source  map[int64]string // id -> "type\tdata"
 	dead    map[int64]string // origin id -> payload of its DLQ message
-	records int              // lc_dead_letters rows whose message is still in the DLQ
+	records int              // lc_arrivals (dead-letter) rows whose message is still in the DLQ
 	dlqMsgs int              // every message of the DLQ
 	intents int              // lc_moves rows left in the source
 	// dlqErr is why the DLQ could not be read read-only (readDLStateBefore):
@@ -54,11 +55,11 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	scanPayloads(t, q.DB().R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
-	if err := q.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
+	scanPayloads(t, admin.QueueDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
+	if err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, q.DB().R)
+	checkIntegrity(t, admin.QueueDB(q).R)
 	// Never created, or created empty by a process killed before its first
 	// transaction (stat opens no descriptor on the database file).
 	if fi, err := os.Stat(filepath.Join(dlq, queue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
@@ -70,18 +71,18 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		return st
 	}
 	defer d.Close()
-	scanPayloads(t, d.DB().R, `SELECT r.origin_id, m.payload_type, m.payload_data
-FROM lc_dead_letters r JOIN messages m ON m.id = r.dlq_message_id`, func(id int64, p string) {
+	scanPayloads(t, admin.QueueDB(d).R, `SELECT r.origin_id, m.payload_type, m.payload_data
+FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-letter'`, func(id int64, p string) {
 		if _, dup := st.dead[id]; dup {
 			t.Errorf("origin id %d has two dead letters", id)
 		}
 		st.dead[id] = p
 		st.records++
 	})
-	if err := d.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
+	if err := admin.QueueDB(d).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, d.DB().R)
+	checkIntegrity(t, admin.QueueDB(d).R)
 	return st
 }
 
@@ -219,8 +220,15 @@ func TestDeadLetterRecoveryAfterStepOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain.Close()
-	// Any read-write open finishes the move; it needs no policy of its own.
+	// A handle without the policy does not finish the moves: their
+	// destination is read from the file, and only a handle that names it
+	// (its dead-letter policy) may write there. They stay, hidden.
 	openFile(t, src).Close()
+	if st := readDLState(t, src, dlq); st.intents != 3 || len(st.source) != 3 || len(st.dead) != 0 {
+		t.Fatalf("after an open without the policy: %d intents, %d in the source, %d dead letters; want 3, 3, 0", st.intents, len(st.source), len(st.dead))
+	}
+	// A read-write open with the policy finishes them.
+	openFile(t, src, queue.WithDeadLetter(1, dlq)).Close()
 	readDLState(t, src, dlq).wantExactlyOnce(t, want)
 	if st := readDLState(t, src, dlq); len(st.dead) != 3 {
 		t.Fatalf("%d dead letters; want 3", len(st.dead))
@@ -237,7 +245,7 @@ func TestDeadLetterRecoveryAfterStepTwo(t *testing.T) {
 	want := spendAll(t, src, 5)
 	q := openFile(t, src, queue.WithDeadLetter(1, dlq))
 	// Step 3 fails on this handle's connection only.
-	err := q.DB().Write(ctx, func(tx *sqlstore.Tx) error {
+	err := admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})
@@ -263,7 +271,7 @@ func TestDeadLetterRecoveryAfterStepTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	openFile(t, src).Close()
+	openFile(t, src, queue.WithDeadLetter(1, dlq)).Close()
 	st = readDLState(t, src, dlq)
 	if len(st.source) != 0 || len(st.dead) != 4 || st.intents != 0 || st.dlqMsgs != 4 {
 		t.Fatalf("after recovery: %d in the source, %d in the DLQ, %d intents; want 0, 4, 0", len(st.source), st.dlqMsgs, st.intents)
@@ -292,7 +300,7 @@ func TestDeadLetterSpecReaders(t *testing.T) {
 		t.Fatal(msgs, err)
 	}
 	// Step 3 fails, so the message stays mid-move in the source.
-	err = q.DB().Write(ctx, func(tx *sqlstore.Tx) error {
+	err = admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})
@@ -324,7 +332,7 @@ func TestDeadLetterSpecReaders(t *testing.T) {
 	}
 	closeDB(t, dlqDB)
 	// Recovery then deletes the source's copy and copies nothing again.
-	openFile(t, src).Close()
+	openFile(t, src, queue.WithDeadLetter(1, dlq)).Close()
 	st := readDLState(t, src, dlq)
 	if len(st.source) != 0 || st.dlqMsgs != 0 || st.intents != 0 {
 		t.Fatalf("after recovery: %d in the source, %d in the DLQ, %d intents; want 0, 0, 0", len(st.source), st.dlqMsgs, st.intents)
@@ -387,9 +395,13 @@ func TestDeadLetterMoveSurvivesSIGKILL(t *testing.T) {
 			}
 		}
 		// The app starts again: its queues open read-write (the source
-		// first, whose recovery finishes the moves).
-		for _, dir := range []string{src, dlq} {
-			q, err := queue.Open(ctx, dir)
+		// first, with its policy, whose recovery finishes the moves).
+		for i, dir := range []string{src, dlq} {
+			var opts []queue.Option
+			if i == 0 {
+				opts = append(opts, queue.WithDeadLetter(1, dlq))
+			}
+			q, err := queue.Open(ctx, dir, opts...)
 			if err != nil {
 				t.Fatalf("round %d: open %s after the kill: %v", round, dir, err)
 			}

@@ -43,12 +43,6 @@ func validDelay(d time.Duration) error {
 	return nil
 }
 
-// delayMillis is d in whole milliseconds, rounded up so that a message is
-// never due before its delay has passed.
-func delayMillis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
 func buildSendOptions(opts []SendOption) (sendOptions, error) {
 	var o sendOptions
 	for _, fn := range opts {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // Service is the "service" value of a queue binding's JSON in the environment.
@@ -87,7 +88,33 @@ func FromEnv(ctx context.Context, name string, opts ...Option) (*Queue, error) {
 	return fromEnv(ctx, name, os.LookupEnv, opts)
 }
 
+// engines holds the engines of other services (Register).
+var engines bindings.Engines[driver.Engine]
+
+// Register makes FromEnv open a binding whose JSON names service with the
+// engine e, which gets the binding's JSON in driver.Config.Binding and the
+// binding's name in driver.Config.BindingName. The SQLite engine
+// ("local-queue", Service) is built in. Registering a service twice panics.
+func Register(service string, e driver.Engine) {
+	if service == Service {
+		panic("queue: Register: " + Service + " is the built-in SQLite engine")
+	}
+	engines.Register(service, e)
+}
+
 func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Queue, error) {
+	if raw, ok := lookup(EnvName(name)); ok {
+		if svc := bindings.EnvService(raw); svc != Service {
+			if e, ok := engines.Lookup(svc); ok {
+				all := append([]Option{WithBindingName(name)}, opts...)
+				q, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw)}, all)
+				if err != nil {
+					return nil, fmt.Errorf("open queue binding from %s: %w", EnvName(name), err)
+				}
+				return q, nil
+			}
+		}
+	}
 	b, err := readEnv(name, lookup)
 	if err != nil {
 		return nil, err

@@ -86,8 +86,8 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 	if q.visibility != 45*time.Second {
 		t.Errorf("default visibility = %s, want 45s from the environment", q.visibility)
 	}
-	if q.dead.maxAttempts != 5 || q.dead.dlq != dlq || q.binding != "orders" {
-		t.Errorf("dead-letter policy %+v, binding %q; want 5 attempts into %s, binding orders", q.dead, q.binding, dlq)
+	if n, d, b := engineOf(q).DeadLetterPolicy(); n != 5 || d != dlq || b != "orders" {
+		t.Errorf("dead-letter policy %d into %q, binding %q; want 5 attempts into %s, binding orders", n, d, b, dlq)
 	}
 	if want := filepath.Join(dir, FileName); q.Path() != want {
 		t.Errorf("Path() = %q, want %q", q.Path(), want)
@@ -162,9 +162,9 @@ func TestFromEnvTurnsHintsOn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		got := q.hints.opts
-		if got.url != c.url || got.token != c.token || got.subject != c.subject {
-			t.Errorf("%s: hints (%q, %q, %q), want (%q, %q, %q)", c.name, got.url, got.token, got.subject, c.url, c.token, c.subject)
+		url, token, subject := engineOf(q).HintOptions()
+		if url != c.url || token != c.token || subject != c.subject {
+			t.Errorf("%s: hints (%q, %q, %q), want (%q, %q, %q)", c.name, url, token, subject, c.url, c.token, c.subject)
 		}
 		q.Close()
 	}

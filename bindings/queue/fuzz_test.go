@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -230,7 +231,7 @@ func FuzzPayload(f *testing.F) {
 		if blob {
 			col = []byte(text)
 		}
-		if _, err := q.DB().Exec(ctx, foreignSend, typ, col, time.Now().UnixMilli()); err != nil {
+		if _, err := admin.QueueDB(q).Exec(ctx, foreignSend, typ, col, time.Now().UnixMilli()); err != nil {
 			t.Fatalf("foreign insert: %v", err)
 		}
 		got := receiveOnly(t, q)

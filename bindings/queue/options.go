@@ -20,7 +20,20 @@ type options struct {
 	wake       wakeOptions // hints.go
 	binding    string      // the binding name, recorded as the origin of dead letters
 	dead       deadLetterOptions
-	internal   bool // a handle a transfer opened on its destination (deadletter.go)
+	targets    []string // WithMoveTargets
+}
+
+// wakeOptions are the Open options about waking waiters.
+type wakeOptions struct {
+	url, token, subject string
+	poll                time.Duration
+	noLocalWake         bool
+}
+
+type deadLetterOptions struct {
+	maxAttempts int
+	dlq         string
+	set         bool
 }
 
 func buildOptions(opts []Option) options {
@@ -52,17 +65,14 @@ func WithDurability(d bindings.Durability) Option { return func(o *options) { o.
 // Defaults to DefaultVisibility (30 s).
 func WithDefaultVisibility(d time.Duration) Option { return func(o *options) { o.visibility = d } }
 
-// ReadOnly opens an existing store without creating or changing anything;
-// every write fails. For inspection tools.
-func ReadOnly() Option { return func(o *options) { o.readOnly = true } }
+// WithReadOnly opens an existing store without creating or changing
+// anything; every write fails. For inspection tools.
+func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
-// Notifier is told after every commit that made a message due now (a send,
-// a nack) or scheduled one for later (a send or nack WithDelay: waiters
-// must re-arm their timers on the earliest visible_at). Wake-up hints hang
-// off it; it must not block.
-type Notifier interface {
-	MessageDue()
-}
+// ReadOnly is WithReadOnly.
+//
+// Deprecated: use WithReadOnly; Open options are all named With....
+func ReadOnly() Option { return WithReadOnly() }
 
 // WithNotifier sets the Notifier. Defaults to none.
 func WithNotifier(n Notifier) Option { return func(o *options) { o.notifier = n } }
@@ -74,11 +84,17 @@ type receiveOptions struct {
 	visibility time.Duration
 }
 
-// WithVisibility sets how long received messages stay hidden (their lease),
-// MinVisibility..MaxVisibility. Defaults to the queue's default visibility.
-func WithVisibility(d time.Duration) ReceiveOption {
+// ReceiveVisibility sets how long the messages of one Receive or
+// ReceiveWait stay hidden (their lease), MinVisibility..MaxVisibility.
+// Defaults to the queue's default visibility (WithDefaultVisibility).
+func ReceiveVisibility(d time.Duration) ReceiveOption {
 	return func(o *receiveOptions) { o.visibility = d }
 }
+
+// WithVisibility is ReceiveVisibility.
+//
+// Deprecated: use ReceiveVisibility; the With... names are Open options.
+func WithVisibility(d time.Duration) ReceiveOption { return ReceiveVisibility(d) }
 
 // WithBindingName names the binding the handle serves (e.g. "orders"). It
 // is recorded as the origin of the handle's dead letters (see
@@ -89,10 +105,59 @@ func WithBindingName(name string) Option { return func(o *options) { o.binding =
 // been delivered maxAttempts times (1..MaxAttemptsLimit) is not delivered
 // again when it next comes due; it is moved to the dead-letter queue at dlq,
 // a store directory (made absolute) or "memory:NAME" for an in-memory store
-// (Location of its handle), with its origin recorded there. See
-// deadletter.go for how the move survives a crash. Every handle that
+// (Location of its handle), with its origin recorded there. On the SQLite
+// engine the move survives a crash at any point (docs/ARCHITECTURE.md
+// describes how). Every handle that
 // receives from the queue must carry the same policy (FromEnv reads it from
 // the binding's JSON); a handle without it delivers past maxAttempts.
+//
+// The policy is checked at Open: maxAttempts out of range is INVALID_INPUT,
+// and so is a dlq that is empty or names the queue itself.
 func WithDeadLetter(maxAttempts int, dlq string) Option {
 	return func(o *options) { o.dead = deadLetterOptions{maxAttempts: maxAttempts, dlq: dlq, set: true} }
+}
+
+// WithHints makes the handle take part in "message available" hints on the
+// NATS server at natsURL (token may be ""): Send and a Nack that made a
+// message due publish a hint on subject (localcloud.<stack>.<binding>.available),
+// and ReceiveWait and Consume subscribe to subject so that a send from any
+// process wakes them at once. An empty natsURL turns NATS hints off; waiters
+// in this process are still woken directly by every Send and Nack of this
+// process on the same store, whatever the options. Hints are the SQLite
+// engine's wake-up signal; an engine with a signal of its own ignores them.
+//
+// Hints never carry data and are never needed for correctness: with NATS
+// down or absent everything works, at the pace of the fallback poll. The
+// connections are shared by every handle of the process: one publisher per
+// (natsURL, token), dialed on the first hint, and one subscription per
+// (natsURL, token, subject), made on the first wait; they reconnect forever
+// and close with the last handle that uses them.
+//
+// Programs started by `localcloud run` find natsURL in $LOCALCLOUD_NATS_URL
+// and subject in the binding's JSON; FromEnv passes them here.
+func WithHints(natsURL, token, subject string) Option {
+	return func(o *options) {
+		o.wake.url, o.wake.token, o.wake.subject = natsURL, token, subject
+	}
+}
+
+// WithPollInterval sets the fallback poll of ReceiveWait on this handle and
+// the default of Consume's ConsumePollInterval; 0 means the default,
+// DefaultPollInterval (1 s).
+func WithPollInterval(d time.Duration) Option {
+	return func(o *options) { o.wake.poll = d }
+}
+
+// WithMoveTargets names further queues (store directories, made absolute,
+// or "memory:NAME") toward which the handle finishes redrives out of its
+// store that a killed process left unfinished, and the only ones a Redrive
+// without RedriveTo sends recorded origins to. A move out of a store is
+// recorded in the store file, which may have come from anywhere (a
+// restore), so the handle finishes it only toward a location it names
+// itself: a dead letter only toward its WithDeadLetter queue, a redrive
+// only toward the running Redrive's target or one of these. Other moves
+// are left in place (the message stays hidden in this store) and logged.
+// The stack tools pass the queues whose dead-letter queue this one is.
+func WithMoveTargets(locs ...string) Option {
+	return func(o *options) { o.targets = append([]string(nil), locs...) }
 }

@@ -1,43 +1,78 @@
-// Package queue is localcloud's queue binding: the localqueue.v1 store format
-// (one SQLite file, <dir>/localqueue.sqlite) with leases, receipts that go
-// stale on redelivery, and FIFO order by (enqueued_at, id). Any number of
-// handles and OS processes may share one queue; each message is delivered
-// to exactly one receiver per lease.
+// Package queue is localcloud's queue binding: leases, receipts that go
+// stale on redelivery, FIFO order by send time, delayed messages, dead
+// letters, and Consume, a worker pool that extends leases and acks for you.
+// Any number of handles and OS processes may share one queue; each message
+// is delivered to exactly one receiver per lease.
+//
+// It is one API over pluggable engines (bindings/queue/driver): Open and
+// OpenMemory use the SQLite engine (the localqueue.v1 store format, one
+// SQLite file <dir>/localqueue.sqlite, or a shared in-memory database),
+// FromEnv picks the engine the binding's JSON names, and OpenEngine opens a
+// queue of any engine, including one from another module. This package
+// checks every argument (the same INVALID_INPUT errors on every engine) and
+// runs Consume and ReceiveWait over the engine's wake-up signal.
+//
+// Option names: options of Open (and FromEnv, OpenMemory, OpenEngine) are
+// With... (WithClock, WithHints, WithReadOnly); options of Consume are
+// Consume... (ConsumeWorkers, ConsumeVisibility); options of one call are
+// named for it (ReceiveVisibility for Receive and ReceiveWait, WithDelay for
+// Send and Nack, RedriveTo and RedriveMax for Redrive).
 package queue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
+	"github.com/localcloud/localcloud/internal/engine/hook"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
-// Limits and defaults of the localqueue.v1 binding.
+// Limits and defaults of the queue binding, the same for every engine.
 const (
-	MaxPayloadBytes   = 65536
+	MaxPayloadBytes   = driver.MaxPayloadBytes
 	MaxReceiveBatch   = 10
 	DefaultVisibility = 30 * time.Second
 	MinVisibility     = time.Millisecond
 	MaxVisibility     = 12 * time.Hour
 )
 
-// FileName is the database file inside a queue store directory.
+// MaxSendBatch is the most messages one SendBatch takes.
+const MaxSendBatch = 100
+
+// MaxPeekLimit is the most messages one Peek returns.
+const MaxPeekLimit = 1000
+
+// MaxAttemptsLimit is the largest maxAttempts of WithDeadLetter (the stack
+// file's bound too).
+const MaxAttemptsLimit = 1000
+
+// MemoryPrefix starts the location of an in-memory store of the SQLite
+// engine: "memory:NAME" (Location of its handle).
+const MemoryPrefix = "memory:"
+
+// FileName is the database file inside a queue store directory of the
+// SQLite engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const FileName = "localqueue.sqlite"
 
-// Marker is the format identifier in the meta table.
+// Marker is the format identifier in the meta table of the SQLite engine.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const Marker = "localqueue.v1"
 
 // Schema is the provider DDL of localqueue.v1, exactly as the spec writes it.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const Schema = `CREATE TABLE IF NOT EXISTS messages (
 id INTEGER PRIMARY KEY AUTOINCREMENT,
 payload_type TEXT NOT NULL, -- "json" | "text"
@@ -54,148 +89,138 @@ CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueue
 // (O(backlog) per receive). This one is in delivery order and covers
 // visible_at, so a receive reads only the rows it returns plus the in-flight
 // rows ahead of them. A spec-exact reader ignores it.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
 const OrderIndex = `CREATE INDEX IF NOT EXISTS lc_messages_order ON messages (enqueued_at, id, visible_at);`
 
-var format = sqlstore.Format{
-	Marker: Marker,
-	File:   FileName,
-	Schema: Schema,
-	Extra:  OrderIndex + "\n" + MovesDDL,
-	OpCode: bindings.CodeQueueOperationFailed,
-}
+// MovesDDL is localcloud's own DDL for moves between stores, part of the
+// format's Extra: a spec-exact reader ignores these tables.
+//
+// Deprecated: a detail of the SQLite engine that apps do not need; kept for
+// existing callers.
+const MovesDDL = `CREATE TABLE IF NOT EXISTS lc_moves (
+message_id INTEGER PRIMARY KEY, -- messages.id of the message being moved out
+token TEXT NOT NULL, -- receipt_handle UUID set when the move began
+dest TEXT NOT NULL, -- location of the destination store
+kind TEXT NOT NULL, -- 'dead-letter' | 'redrive'
+binding TEXT NOT NULL, -- binding name of this store, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries before the move
+last_receipt TEXT, -- receipt handle of the last delivery, NULL if none
+started_at INTEGER NOT NULL -- unix epoch MILLISECONDS
+);
+CREATE TABLE IF NOT EXISTS lc_dead_letters (
+origin_store TEXT NOT NULL, -- location of the queue the message died in
+origin_id INTEGER NOT NULL, -- its messages.id there
+origin_binding TEXT NOT NULL, -- its binding name, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries there
+last_receipt TEXT, -- receipt handle of the last delivery there
+origin_enqueued_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+moved_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+dlq_message_id INTEGER, -- messages.id here
+PRIMARY KEY (origin_store, origin_id)
+);
+CREATE INDEX IF NOT EXISTS lc_dead_letters_message ON lc_dead_letters (dlq_message_id);
+CREATE TABLE IF NOT EXISTS lc_redriven (
+dlq_store TEXT NOT NULL, -- location of the dead-letter queue
+dlq_id INTEGER NOT NULL, -- the message's messages.id there
+message_id INTEGER, -- messages.id here
+redriven_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+PRIMARY KEY (dlq_store, dlq_id)
+);`
 
-// Format returns the description of localqueue.v1 used by the store plumbing.
-func Format() sqlstore.Format { return format }
+// ErrStaleReceipt is wrapped by the error of an Ack, Nack or Extend whose
+// receipt was replaced by a later delivery of the same message. Its code is
+// QUEUE_OPERATION_FAILED. It is driver.ErrStaleReceipt.
+var ErrStaleReceipt = driver.ErrStaleReceipt
 
-// The spec's statements.
-const (
-	stmtSend = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
-VALUES (?1, ?2, ?3, ?3, 0)`
-	// The spec's send with a later visible_at (WithDelay).
-	stmtSendAt = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
-VALUES (?1, ?2, ?3, ?4, 0)`
-	stmtDue = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
-	stmtAny = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
-	// The claim of a receive of one message: the spec's select and claim
-	// statement folded into one statement, its own transaction.
-	stmtClaimOne = `UPDATE messages
-SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = (SELECT id FROM messages WHERE +visible_at <= ?3 ORDER BY enqueued_at, id LIMIT 1)
-RETURNING id, enqueued_at, payload_type, payload_data, attempt`
-	stmtClaim = `UPDATE messages
-SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = ?3
-RETURNING payload_type, payload_data, attempt`
-	stmtAck    = `DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2`
-	stmtNack   = `UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2`
-	stmtExists = `SELECT 1 FROM messages WHERE id = ?1`
-	stmtPurge  = `DELETE FROM messages`
-)
-
-// ErrStaleReceipt is wrapped by the error of an Ack or Nack whose receipt was
-// replaced by a later delivery of the same message. Its code is
-// QUEUE_OPERATION_FAILED.
-var ErrStaleReceipt = errors.New("stale receipt: the message was redelivered under a newer receipt")
+// ErrMessageGone is wrapped by the error of an Extend whose message no
+// longer exists (acked, purged or moved to a dead-letter queue). Its code
+// is QUEUE_OPERATION_FAILED. It is driver.ErrMessageGone.
+var ErrMessageGone = driver.ErrMessageGone
 
 // Message is one delivery of a message.
 type Message struct {
 	ID            int64
-	ReceiptHandle string // "{id}:{uuid}", opaque to callers
+	ReceiptHandle string // "{id}:{uuid}" on the SQLite engine; opaque to callers
 	Attempt       int    // 1 on the first delivery
 	Payload       Payload
 	EnqueuedAt    time.Time
 }
 
-// Queue is a handle on one queue store. It is safe for concurrent use.
+// Queue is a handle on one queue. It is safe for concurrent use.
 type Queue struct {
-	db         *sqlstore.DB
+	drv        driver.Queue
 	now        func() time.Time
-	visibility time.Duration
-	notifier   Notifier
-	hints      *hintState // wake-ups and NATS hints (hints.go)
-	binding    string
-	dead       deadLetterOptions // maxAttempts 0: no dead-letter policy
-	readOnly   bool
-	internal   bool // opened by a move on its destination (deadletter.go)
-
-	destMu      sync.Mutex
-	dests       map[string]*Queue // destinations of moves, by location
-	destClosed  bool
-	nextRecover atomic.Int64 // when maybeRecover looks next (since procStart)
-	lastFull    atomic.Bool  // the last claim returned as many as it asked for
+	visibility time.Duration // default lease
+	poll       time.Duration // fallback poll of waiters
+	log        *slog.Logger
+	waiting    atomic.Int32 // goroutines blocked waiting for a wake-up, for tests
 }
 
-// Open opens or creates the queue store in dir (created 0700; the file 0600).
-// A read-write open finishes the moves between stores (dead letters,
-// redrives) that a killed process left unfinished; see deadletter.go.
+// Open opens or creates the SQLite queue store in dir (created 0700; the
+// file 0600). A read-write open finishes the moves between stores (dead
+// letters, redrives) that a killed process left unfinished.
 func Open(ctx context.Context, dir string, opts ...Option) (*Queue, error) {
-	o, err := prepareOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	db, err := sqlstore.Open(ctx, dir, format, sqlstore.Options{Durability: o.durability, Logger: o.logger, ReadOnly: o.readOnly})
-	if err != nil {
-		return nil, err
-	}
-	return newQueue(ctx, db, o)
+	return OpenEngine(ctx, sqlitequeue.Engine{}, dir, opts...)
 }
 
 // OpenMemory opens the in-memory queue called name, shared by every handle
 // of this process that names it and gone when the last one closes. Its
 // Location is "memory:NAME".
 func OpenMemory(ctx context.Context, name string, opts ...Option) (*Queue, error) {
-	o, err := prepareOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	db, err := sqlstore.OpenMemory(ctx, name, format, sqlstore.Options{Logger: o.logger})
-	if err != nil {
-		return nil, err
-	}
-	return newQueue(ctx, db, o)
+	return OpenEngine(ctx, sqlitequeue.Engine{}, MemoryPrefix+name, opts...)
 }
 
-func prepareOptions(opts []Option) (options, error) {
+// OpenEngine opens the queue at location (in the form the engine defines)
+// with the engine e: the way to use an engine of another module, and what a
+// queuetest harness calls.
+func OpenEngine(ctx context.Context, e driver.Engine, location string, opts ...Option) (*Queue, error) {
+	return openEngine(ctx, e, driver.Config{Location: location}, opts)
+}
+
+func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []Option) (*Queue, error) {
 	o := buildOptions(opts)
 	if err := o.validate(); err != nil {
-		return o, err
+		return nil, err
+	}
+	if e == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "engine: must not be nil")
+	}
+	log := o.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.BindingName, cfg.Clock, cfg.Logger = o.binding, o.clock, log
+	cfg.Durability, cfg.ReadOnly = string(o.durability), o.readOnly
+	cfg.Hints = driver.Hints{URL: o.wake.url, Token: o.wake.token, Subject: o.wake.subject, NoLocalWake: o.wake.noLocalWake}
+	if o.notifier != nil {
+		cfg.Notifier = o.notifier
 	}
 	if o.dead.set {
-		loc, err := normLocation(o.dead.dlq)
-		if err != nil {
-			return o, err
-		}
-		o.dead.dlq = loc
+		cfg.DeadLetter = driver.DeadLetter{MaxAttempts: o.dead.maxAttempts, Location: o.dead.dlq}
 	}
-	return o, nil
-}
-
-func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
-	q := &Queue{db: db, now: o.clock, visibility: o.visibility, notifier: o.notifier, hints: newHintState(o, db.Path),
-		binding: o.binding, readOnly: o.readOnly, internal: o.internal}
-	if o.dead.set {
-		if o.dead.dlq == q.Location() {
-			_ = q.Close()
-			return nil, bindings.Errorf(bindings.CodeInvalidInput,
-				"dead-letter queue: must be another store than the queue itself (%s)", o.dead.dlq)
-		}
-		q.dead = o.dead
+	cfg.MoveTargets = o.targets
+	d, err := e.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	if !q.readOnly && !q.internal {
-		q.recoverAtOpen(ctx)
+	poll := o.wake.poll
+	if poll == 0 {
+		poll = DefaultPollInterval
 	}
-	return q, nil
+	return &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: log}, nil
 }
 
 func (o options) validate() error {
 	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
 		return err
 	}
-	if err := o.wake.validate(); err != nil {
-		return err
+	if o.wake.poll < 0 {
+		return bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must not be negative, got %s", o.wake.poll)
 	}
-	if err := o.dead.validate(); err != nil {
-		return err
+	if o.dead.set && (o.dead.maxAttempts < 1 || o.dead.maxAttempts > MaxAttemptsLimit) {
+		return bindings.Errorf(bindings.CodeInvalidInput, "maxAttempts: must be between 1 and %d, got %d", MaxAttemptsLimit, o.dead.maxAttempts)
 	}
 	return validVisibility("default visibility", o.visibility)
 }
@@ -208,28 +233,40 @@ func validVisibility(field string, d time.Duration) error {
 	return nil
 }
 
-// Path returns the database file (or "memory:<name>").
-func (q *Queue) Path() string { return q.db.Path }
+// Path returns where the queue is, for people: the SQLite engine's
+// database file, or "memory:<name>".
+func (q *Queue) Path() string { return q.drv.Path() }
 
-// DB returns the store plumbing, for localcloud's own tools.
-func (q *Queue) DB() *sqlstore.DB { return q.db }
+// Location returns where the store is: for the SQLite engine its absolute
+// directory, or "memory:NAME" for an in-memory store. It is what
+// WithDeadLetter and RedriveTo take, and what dead letters record as their
+// origin.
+func (q *Queue) Location() string { return q.drv.Location() }
 
 // Close releases the handle. Safe to call twice.
-func (q *Queue) Close() error {
-	q.hints.close()
-	derr := q.closeDestinations()
-	return errors.Join(q.db.Close(), derr)
-}
+func (q *Queue) Close() error { return q.drv.Close() }
 
-func opErr(err error, format string, args ...any) error {
-	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
-}
-
-func (q *Queue) notify() {
-	if q.notifier != nil {
-		q.notifier.MessageDue()
+// isClosed reports whether Close was called.
+func (q *Queue) isClosed() bool {
+	select {
+	case <-q.drv.Done():
+		return true
+	default:
+		return false
 	}
-	q.hints.messageDue()
+}
+
+// opErr wraps an engine's error with QUEUE_OPERATION_FAILED and the
+// operation, unless it carries a code already.
+func opErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	var be *bindings.Error
+	if errors.As(err, &be) {
+		return err
+	}
+	return bindings.Wrap(bindings.CodeQueueOperationFailed, err, format, args...)
 }
 
 // Send enqueues one message, due at once or, with WithDelay, later.
@@ -243,39 +280,41 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 	if err := p.validate("payload"); err != nil {
 		return err
 	}
-	now := q.now().UnixMilli()
-	// The spec's insert is one statement: it runs as its own transaction.
-	stmt, args := insertStmt(p, now, o.delay)
-	if _, err = q.db.Exec(ctx, stmt, args...); err != nil {
-		return opErr(err, "send")
+	return opErr(q.drv.Send(ctx, []driver.Payload{p.driver()}, o.delay), "send")
+}
+
+// SendBatch enqueues 1..MaxSendBatch messages in one transaction: all of
+// them or, if anything fails, none. Every payload is validated before the
+// store is touched (an invalid one is INVALID_INPUT naming its index). The
+// messages share one enqueued_at and get ascending ids, so they are
+// delivered in slice order; opts (WithDelay) apply to each.
+func (q *Queue) SendBatch(ctx context.Context, ps []Payload, opts ...SendOption) error {
+	o, err := buildSendOptions(opts)
+	if err != nil {
+		return err
 	}
-	q.notify()
-	return nil
-}
-
-// insert is the spec's send of p at now (unix ms), due after delay.
-func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) error {
-	stmt, args := insertStmt(p, now, delay)
-	_, err := tx.Exec(ctx, stmt, args...)
-	return err
-}
-
-// insertStmt is the spec's send, with visible_at = enqueued_at + delay.
-func insertStmt(p Payload, now int64, delay time.Duration) (string, []any) {
-	if delay == 0 {
-		return stmtSend, []any{string(p.Type), p.Data, now}
+	if len(ps) < 1 || len(ps) > MaxSendBatch {
+		return bindings.Errorf(bindings.CodeInvalidInput, "batch: must hold between 1 and %d messages, got %d", MaxSendBatch, len(ps))
 	}
-	return stmtSendAt, []any{string(p.Type), p.Data, now, now + delayMillis(delay)}
+	dps := make([]driver.Payload, len(ps))
+	for i, p := range ps {
+		if err := p.validate(fmt.Sprintf("payload %d", i)); err != nil {
+			return err
+		}
+		dps[i] = p.driver()
+	}
+	return opErr(q.drv.Send(ctx, dps, o.delay), "send batch of %d", len(ps))
 }
 
-// Receive claims up to max (1..MaxReceiveBatch) due messages in (enqueued_at,
-// id) order, hiding each for its lease. An empty queue gives an empty slice.
+// Receive claims up to max (1..MaxReceiveBatch) due messages in send order
+// ((enqueued_at, id) on the SQLite engine), hiding each for its lease. An
+// empty queue gives an empty slice.
 //
 // With a dead-letter policy (WithDeadLetter), a due message that was
-// delivered maxAttempts times already is not delivered: the claim starts its
-// move to the dead-letter queue, and Receive finishes the move before it
-// returns (a move that fails is logged and finished later; the messages
-// claimed are returned all the same).
+// delivered maxAttempts times already is not delivered: it is moved to the
+// dead-letter queue, and Receive finishes the move before it returns (a
+// move that fails is logged and finished later; the messages claimed are
+// returned all the same).
 func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]Message, error) {
 	ro := receiveOptions{visibility: q.visibility}
 	for _, fn := range opts {
@@ -288,172 +327,27 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 	if err := validVisibility("visibility", ro.visibility); err != nil {
 		return nil, err
 	}
-	q.maybeRecover(ctx)
-	// A read first keeps empty polls off the write lock. After a claim that
-	// came back full more is likely due, so the read is skipped then.
-	if !q.lastFull.Load() {
-		if due, err := q.anyDue(ctx); err != nil || !due {
-			return nil, err
-		}
-	}
-	if max == 1 && !q.dead.set {
-		return q.receiveOne(ctx, ro.visibility)
-	}
-	var msgs []Message
-	var moves []move
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		var err error
-		msgs, moves, err = q.claim(ctx, tx, q.now(), max, ro.visibility)
-		return err
-	})
+	dms, err := q.drv.Receive(ctx, max, ro.visibility)
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
-	q.lastFull.Store(len(msgs) == max)
-	if len(moves) > 0 {
-		mctx, cancel := moveCtx(ctx)
-		defer cancel()
-		if err := q.transfer(mctx, moves); err != nil {
-			q.hints.log.Warn("queue: cannot move dead letters now; retrying later", logKeyStore, q.Path(), logKeyErr, err)
-		}
-		if len(moves) >= maxMovesPerClaim && len(msgs) < max {
-			// The claim stopped at its cap of moves, so more may be due:
-			// a waiter that took its wake channels before this claim (a
-			// Consume, a ReceiveWait) looks again instead of sleeping.
-			q.hints.wakeLocal()
-		}
+	if len(dms) == 0 {
+		return nil, nil
+	}
+	msgs := make([]Message, len(dms))
+	for i, m := range dms {
+		msgs[i] = Message{ID: m.ID, ReceiptHandle: m.ReceiptHandle, Attempt: m.Attempt,
+			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt}
 	}
 	return msgs, nil
 }
 
-// claim is the claim transaction's body: the spec's select of due ids and
-// claim of each. With a dead-letter policy each due message is first looked
-// at: one that is spent starts its move instead, and the select runs again
-// for the places it left, so a claim still returns up to max messages.
-func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
-	var msgs []Message
-	var moves []move
-	leaseEnd := now.Add(lease).UnixMilli()
-	for {
-		want := max - len(msgs)
-		due, err := dueMessages(ctx, tx, now, want)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, m := range due {
-			if q.dead.set {
-				mv, spent, err := q.deadLetterIfSpent(ctx, tx, now, m.ID)
-				if err != nil {
-					return nil, nil, err
-				}
-				if spent {
-					moves = append(moves, mv)
-					continue
-				}
-			}
-			u := uuid.NewString()
-			var typ, data string
-			if err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &m.Attempt); err != nil {
-				return nil, nil, err
-			}
-			m.ReceiptHandle = formatReceipt(m.ID, u)
-			m.Payload = Payload{Type: PayloadType(typ), Data: data}
-			msgs = append(msgs, m)
-		}
-		if !q.dead.set || len(due) < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
-			return msgs, moves, nil
-		}
-	}
-}
-
-// receiveOne claims the first due message with one statement, saving the
-// separate BEGIN, select and COMMIT of a batch claim. With a dead-letter
-// policy Receive takes the batch path, which looks at attempts first.
-func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message, error) {
-	now := q.now()
-	u := uuid.NewString()
-	var m Message
-	var enq int64
-	var typ, data string
-	err := q.db.WriteRow(ctx, stmtClaimOne, []any{now.Add(lease).UnixMilli(), u, now.UnixMilli()},
-		&m.ID, &enq, &typ, &data, &m.Attempt)
-	if errors.Is(err, sql.ErrNoRows) {
-		q.lastFull.Store(false)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, opErr(err, "receive")
-	}
-	q.lastFull.Store(true)
-	m.EnqueuedAt = time.UnixMilli(enq)
-	m.ReceiptHandle = formatReceipt(m.ID, u)
-	m.Payload = Payload{Type: PayloadType(typ), Data: data}
-	return []Message{m}, nil
-}
-
-// dueMessages runs the spec's select of up to n due ids.
-func dueMessages(ctx context.Context, tx *sqlstore.Tx, now time.Time, n int) ([]Message, error) {
-	rows, err := tx.Query(ctx, stmtDue, now.UnixMilli(), n)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var msgs []Message
-	for rows.Next() {
-		var m Message
-		var enq int64
-		if err := rows.Scan(&m.ID, &enq); err != nil {
-			return nil, err
-		}
-		m.EnqueuedAt = time.UnixMilli(enq)
-		msgs = append(msgs, m)
-	}
-	return msgs, rows.Err()
-}
-
-func (q *Queue) anyDue(ctx context.Context) (bool, error) {
-	st, err := q.db.ReadStmt(ctx, stmtAny)
-	if err != nil {
-		return false, opErr(err, "receive")
-	}
-	var one int
-	err = st.QueryRowContext(ctx, q.now().UnixMilli()).Scan(&one)
-	if err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return false, opErr(err, "receive")
-	}
-	return true, nil
-}
-
-// Ack deletes the message the receipt was issued for. A receipt that is not
-// of the form "{id}:{uuid}", or whose message is gone, is a no-op success. A
-// stale receipt (the message was redelivered since) fails with
-// ErrStaleReceipt and deletes nothing.
+// Ack deletes the message the receipt was issued for. A receipt that this
+// queue could not have issued ("{id}:{uuid}" on the SQLite engine), or
+// whose message is gone, is a no-op success. A stale receipt (the message
+// was redelivered since) fails with ErrStaleReceipt and deletes nothing.
 func (q *Queue) Ack(ctx context.Context, receipt string) error {
-	id, u, ok := parseReceipt(receipt)
-	if !ok {
-		return nil
-	}
-	// The common case, a current receipt, is the spec's delete on its own;
-	// only when it deletes nothing does the transaction below tell a
-	// stale receipt from a message already gone.
-	res, err := q.db.Exec(ctx, stmtAck, id, u)
-	if err != nil {
-		return q.receiptErr(err, "ack", receipt)
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
-		return nil
-	}
-	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		res, err := tx.Exec(ctx, stmtAck, id, u)
-		if err != nil {
-			return err
-		}
-		return q.staleIfExists(ctx, tx, res, id)
-	})
-	return q.receiptErr(err, "ack", receipt)
+	return opErr(q.drv.Ack(ctx, receipt), "ack receipt %q", receipt)
 }
 
 // Nack makes the message due again at once, or with WithDelay after a
@@ -465,77 +359,143 @@ func (q *Queue) Nack(ctx context.Context, receipt string, opts ...NackOption) er
 	if err != nil {
 		return err
 	}
-	id, u, ok := parseReceipt(receipt)
-	if !ok {
-		return nil
-	}
-	changed := false
-	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli()+delayMillis(o.delay))
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		changed = n == 1
-		return q.staleIfExists(ctx, tx, res, id)
-	})
-	if err == nil && changed {
-		q.notify()
-	}
-	return q.receiptErr(err, "nack", receipt)
+	return opErr(q.drv.Nack(ctx, receipt, o.delay), "nack receipt %q", receipt)
 }
 
-func (q *Queue) staleIfExists(ctx context.Context, tx *sqlstore.Tx, res interface{ RowsAffected() (int64, error) }, id int64) error {
-	n, err := res.RowsAffected()
-	if err != nil || n == 1 {
+// Extend moves the end of the lease of a message still held under receipt
+// to d from now (MinVisibility..MaxVisibility): the message stays hidden
+// until then, whatever its lease was, and the receipt stays valid.
+//
+// Unlike Ack and Nack, Extend cannot succeed by doing nothing: a receipt
+// this queue could not have issued is INVALID_INPUT; a stale receipt (the
+// lease ended and the message was delivered again) fails with
+// ErrStaleReceipt, and a message that is gone with ErrMessageGone, both
+// QUEUE_OPERATION_FAILED. An Extend after the lease ended but before a
+// redelivery still succeeds: the message was not handed to anyone else.
+func (q *Queue) Extend(ctx context.Context, receipt string, d time.Duration) error {
+	if err := validVisibility("extend", d); err != nil {
 		return err
 	}
-	var one int
-	err = tx.QueryRow(ctx, stmtExists, id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // already acked or purged: idempotent
-	}
-	if err != nil {
-		return err
-	}
-	return ErrStaleReceipt
-}
-
-func (q *Queue) receiptErr(err error, op, receipt string) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, ErrStaleReceipt) {
-		return &bindings.Error{Code: bindings.CodeQueueOperationFailed,
-			Msg: fmt.Sprintf("%s receipt %q", op, receipt), Err: ErrStaleReceipt}
-	}
-	return opErr(err, "%s receipt %q", op, receipt)
+	return opErr(q.drv.Extend(ctx, receipt, d), "extend receipt %q", receipt)
 }
 
 // Purge deletes every message, due or in flight.
 func (q *Queue) Purge(ctx context.Context) error {
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, stmtPurge)
-		return err
-	})
-	return opErr(err, "purge")
+	return opErr(q.drv.Purge(ctx), "purge")
 }
 
-// parseReceipt splits "{id}:{uuid}". ok is false for anything this store
-// could not have issued: the id in decimal without sign or leading zero,
-// the UUID in the canonical lower-case 8-4-4-4-12 form that uuid.NewString
-// gives (and Rust's uuid crate prints).
-func parseReceipt(r string) (id int64, u string, ok bool) {
-	idStr, u, found := strings.Cut(r, ":")
-	if !found {
-		return 0, "", false
+// Origin is where a dead letter came from, as recorded when it was moved.
+type Origin = driver.Origin
+
+// OriginCount is how many dead letters of a queue came from one origin.
+type OriginCount = driver.OriginCount
+
+// Stats are a queue's counts at one moment.
+type Stats = driver.Stats
+
+// PeekedMessage is a message as stored, seen without claiming it.
+type PeekedMessage struct {
+	ID         int64
+	Attempt    int // deliveries so far; 0 before the first
+	EnqueuedAt time.Time
+	// VisibleAt is when the message is (or was) due: at or before now it is
+	// due; later it is in flight (Attempt > 0: its lease ends then) or
+	// delayed (Attempt 0).
+	VisibleAt time.Time
+	Payload   Payload
+	// Delivered reports that the message has a receipt (was received at
+	// least once).
+	Delivered bool
+	// Origin is where a dead letter came from; nil for other messages.
+	Origin *Origin
+	// Moving reports that the message is being moved to another store (to
+	// its dead-letter queue, or redriven); it is hidden meanwhile.
+	Moving bool
+	// Odd says what is odd about a row another program wrote, one note per
+	// column (a REAL enqueued_at, a json payload that is not JSON, ...):
+	// what a receive coerces, or why it cannot deliver the row. Empty for
+	// rows a spec-exact writer wrote.
+	Odd []string
+}
+
+// Peek returns up to limit (1..MaxPeekLimit) messages in delivery order,
+// due or not, without claiming them: attempt counts, leases and receipts
+// stay as they are. It works on a handle opened WithReadOnly.
+func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
+	if limit < 1 || limit > MaxPeekLimit {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput, "limit: must be between 1 and %d, got %d", MaxPeekLimit, limit)
 	}
-	id, err := strconv.ParseInt(idStr, 10, 64)
-	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != idStr {
-		return 0, "", false
+	dms, err := q.drv.Peek(ctx, limit)
+	if err != nil {
+		return nil, opErr(err, "peek")
 	}
-	if parsed, err := uuid.Parse(u); err != nil || parsed.String() != u {
-		return 0, "", false
+	var out []PeekedMessage
+	for _, m := range dms {
+		out = append(out, PeekedMessage{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt, VisibleAt: m.VisibleAt,
+			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, Odd: m.Odd})
 	}
-	return id, u, true
+	return out, nil
+}
+
+// Stats counts the queue's messages in one read, without claiming any.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s, err := q.drv.Stats(ctx)
+	if err != nil {
+		return Stats{}, opErr(err, "stats")
+	}
+	return s, nil
+}
+
+// RedriveOption changes one Redrive.
+type RedriveOption func(*redriveOptions)
+
+type redriveOptions struct {
+	to  string
+	max int // -1: all
+}
+
+// RedriveTo sends every redriven message to the queue at loc (a store
+// directory or "memory:NAME") instead of its origin. Messages without a
+// recorded origin (sent to the dead-letter queue directly) are redriven
+// only with RedriveTo.
+func RedriveTo(loc string) RedriveOption { return func(o *redriveOptions) { o.to = loc } }
+
+// RedriveMax redrives at most n (>= 1) messages. Defaults to all.
+func RedriveMax(n int) RedriveOption { return func(o *redriveOptions) { o.max = n } }
+
+// RedriveResult counts what a Redrive did.
+type RedriveResult = driver.RedriveResult
+
+// Redrive moves the due messages of this queue - a dead-letter queue - back
+// to the queue each came from (its origin, as recorded when it was moved
+// here) or to the RedriveTo queue, in delivery order. A redriven message
+// starts afresh there: attempt 0, due at once, enqueued now. Messages in
+// flight (held by a consumer of this queue) stay.
+//
+// On the SQLite engine the move is the two-store move of dead letters: a
+// Redrive cut short by a crash or an error is finished by the next Redrive,
+// Receive or read-write Open of this store, and every message ends up in
+// exactly one of the two queues.
+func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResult, error) {
+	o := redriveOptions{max: -1}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.max == 0 || o.max < -1 {
+		return RedriveResult{}, bindings.Errorf(bindings.CodeInvalidInput, "max: must be at least 1, got %d", o.max)
+	}
+	res, err := q.drv.Redrive(ctx, driver.Redrive{To: o.to, Max: o.max})
+	return res, opErr(err, "redrive")
+}
+
+// Notifier is told after every commit that made a message due now (a send,
+// a nack) or scheduled one for later (a send or nack WithDelay: waiters
+// must re-arm their timers on the earliest visible_at). Wake-up hints hang
+// off it; it must not block.
+type Notifier interface {
+	MessageDue()
+}
+
+func init() {
+	hook.QueueDriver = func(q any) any { return q.(*Queue).drv }
 }

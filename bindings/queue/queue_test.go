@@ -6,8 +6,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,6 +47,8 @@ func fileHarness(t *testing.T) queuetest.Harness {
 	dir := filepath.Join(base, "queue")
 	return queuetest.Harness{
 		Persistent: true,
+		Caps:       sqliteCaps,
+		Check:      integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends,
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openFile(t, dir, opts...)
@@ -62,6 +68,8 @@ func memName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, memSeq.
 func memoryHarness(t *testing.T) queuetest.Harness {
 	name := memName("conformance")
 	return queuetest.Harness{
+		Caps:  sqliteCaps,
+		Check: integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends,
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openMemory(t, name, opts...)
@@ -70,6 +78,74 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 			t.Helper()
 			return openMemory(t, name+"-"+sibling, opts...)
 		},
+	}
+}
+
+// sqliteCaps are the SQLite engine's capabilities: it follows
+// queue.WithClock and its receipts are "{id}:{uuid}".
+var sqliteCaps = queuetest.Capabilities{ControlsTime: true, IDUUIDReceipts: true}
+
+// integrityCheck runs PRAGMA integrity_check through q's reader pool.
+func integrityCheck(t *testing.T, q *queue.Queue) {
+	t.Helper()
+	var res string
+	if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
+	}
+}
+
+var receiptRE = regexp.MustCompile(`^([0-9]+):([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$`)
+
+// checkReceiptColumn asserts m's receipt is "{id}:{uuid}" with the uuid and
+// attempt in the row's columns.
+func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
+	t.Helper()
+	p := receiptRE.FindStringSubmatch(m.ReceiptHandle)
+	if p == nil {
+		t.Fatalf("receipt %q is not {id}:{uuid}", m.ReceiptHandle)
+	}
+	if p[1] != strconv.FormatInt(m.ID, 10) {
+		t.Fatalf("receipt %q does not start with the id %d", m.ReceiptHandle, m.ID)
+	}
+	if _, err := uuid.Parse(p[2]); err != nil {
+		t.Fatalf("receipt %q: %v", m.ReceiptHandle, err)
+	}
+	var receipt *string
+	var attempt int
+	err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT receipt_handle, attempt FROM messages WHERE id = ?", m.ID).Scan(&receipt, &attempt)
+	if err != nil {
+		t.Fatalf("read message %d: %v", m.ID, err)
+	}
+	if receipt == nil || *receipt != p[2] {
+		t.Fatalf("receipt_handle column = %v; want the receipt's uuid %q", receipt, p[2])
+	}
+	if attempt != m.Attempt {
+		t.Fatalf("attempt column = %d; message says %d", attempt, m.Attempt)
+	}
+}
+
+// refuseSends makes q's writer refuse the insert of a message whose data is
+// data: a TEMP trigger lives on this handle's own writer connection only, so
+// the file's schema is unchanged and nobody else sees it.
+func refuseSends(t *testing.T, q *queue.Queue, data string) (undo func()) {
+	t.Helper()
+	db := admin.QueueDB(q)
+	err := db.Write(ctx, func(tx *sqlstore.Tx) error {
+		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE INSERT ON main.messages
+WHEN NEW.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT RAISE(ABORT, 'queuetest: refused insert'); END`)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		err := db.Write(ctx, func(tx *sqlstore.Tx) error {
+			_, err := tx.Exec(ctx, `DROP TRIGGER temp.queuetest_fail`)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -153,10 +229,10 @@ func TestFileModes(t *testing.T) {
 			wantMode(t, filepath.Join(dir, queue.FileName+"-wal"), 0o600)
 			wantMode(t, filepath.Join(dir, queue.FileName+"-shm"), 0o600)
 			var mode string
-			if err := q.DB().R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, q.DB().R)
+			checkIntegrity(t, admin.QueueDB(q).R)
 		})
 	}
 }
@@ -358,7 +434,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 
 	_, err := queue.Open(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker, path)
-	_, err = queue.Open(ctx, dir, queue.ReadOnly())
+	_, err = queue.Open(ctx, dir, queue.WithReadOnly())
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)
@@ -492,7 +568,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 		"probe":   `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`,
 	} {
 		for _, limit := range []int{1, queue.MaxReceiveBatch} { // SQLite plans with the bound LIMIT
-			rows, err := q.DB().R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
+			rows, err := admin.QueueDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -520,7 +596,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 
 func explain(t *testing.T, q *queue.Queue, stmt string, args ...any) string {
 	t.Helper()
-	rows, err := q.DB().R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
+	rows, err := admin.QueueDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,7 +636,7 @@ func TestMemoryGoneWhenLastHandleCloses(t *testing.T) {
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("after every handle closed: %d messages, %v; want an empty queue", len(msgs), err)
 	}
-	checkIntegrity(t, c.DB().R)
+	checkIntegrity(t, admin.QueueDB(c).R)
 }
 
 func TestMemorySharedWhileOpen(t *testing.T) {
@@ -583,10 +659,10 @@ func TestMemorySharedWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := b.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
+	if err := admin.QueueDB(b).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("COUNT(*) = %d, %v after an ack on a third handle; want 0", n, err)
 	}
-	checkIntegrity(t, b.DB().R)
+	checkIntegrity(t, admin.QueueDB(b).R)
 }
 
 func TestMemoryNamesIndependent(t *testing.T) {
@@ -768,14 +844,14 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 				t.Fatal(err)
 			}
 			var n int
-			if err := q.DB().R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
+			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("COUNT(*) = %d, %v; want 1", n, err)
 			}
 			var mode string
-			if err := q.DB().R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, q.DB().R)
+			checkIntegrity(t, admin.QueueDB(q).R)
 		})
 	}
 }
@@ -871,5 +947,5 @@ func TestSpecReaderReadsLocalcloudStore(t *testing.T) {
 	if !errors.Is(err, queue.ErrStaleReceipt) {
 		t.Fatalf("ack with the spec reader's old receipt: %v; want ErrStaleReceipt", err)
 	}
-	checkIntegrity(t, q.DB().R)
+	checkIntegrity(t, admin.QueueDB(q).R)
 }

@@ -2,23 +2,39 @@ package queue
 
 import (
 	"context"
-	"database/sql"
+	"math/rand/v2"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
 )
 
-// stmtNextVisible finds when the next message that is not due yet becomes
-// due: a lease that ends or a delayed message. The spec's index
-// idx_messages_visible leads with visible_at, so this is one index seek.
-const stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
+// DefaultPollInterval is the fallback poll of ReceiveWait and Consume: how
+// long a waiter sleeps, at most, when no wake-up arrives. Each wait is
+// jittered by +-20% so that many consumers do not poll in step.
+const DefaultPollInterval = time.Second
+
+// Log attribute keys of this package.
+const (
+	logKeyErr     = "err"
+	logKeyStore   = "store"
+	logKeyID      = "id"
+	logKeyAttempt = "attempt"
+	logKeyRetryIn = "retry_in"
+	logKeyStack   = "stack"
+)
+
+// pollWait returns d jittered by +-20%.
+func pollWait(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
 
 // ReceiveWait is a long poll: it claims up to max due messages like Receive,
 // and when none is due it waits until one is, at most wait, then returns
 // what it claimed (an empty slice when wait passed with nothing due). A wait
 // of 0 is one Receive.
 //
-// It looks at the store again as soon as any of these happens: a Send or
+// It looks at the queue again as soon as any of these happens (on the
+// SQLite engine; another engine brings its own wake-up signal): a Send or
 // Nack on the same store by any handle of this process; a hint on the NATS
 // subject of WithHints (a send in another process, or localcloud up noticing
 // a foreign writer, an expired lease or a delayed message coming due); the
@@ -38,7 +54,7 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		local, hint := q.hints.waitChans()
+		local, hint := q.drv.WaitChans()
 		before := q.now()
 		msgs, err := q.Receive(ctx, max, opts...)
 		if err != nil || len(msgs) > 0 {
@@ -48,16 +64,16 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 		if left <= 0 {
 			return msgs, nil
 		}
-		timer.Reset(min(time.Until(q.wakeAt(ctx, before, q.hints.opts.poll)), left))
-		q.hints.waiting.Add(1)
+		timer.Reset(min(time.Until(q.wakeAt(ctx, before, q.poll)), left))
+		q.waiting.Add(1)
 		select {
 		case <-ctx.Done():
 		case <-local:
 		case <-hint:
 		case <-timer.C:
-		case <-q.hints.done: // closed: the next Receive reports it
+		case <-q.drv.Done(): // closed: the next Receive reports it
 		}
-		q.hints.waiting.Add(-1)
+		q.waiting.Add(-1)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -70,7 +86,7 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 // is first. It is in wall-clock time; before is in the queue's clock.
 func (q *Queue) wakeAt(ctx context.Context, before time.Time, poll time.Duration) time.Time {
 	at := time.Now().Add(pollWait(poll))
-	next, ok, err := q.nextVisible(ctx, before)
+	next, ok, err := q.drv.NextDue(ctx, before)
 	if err != nil {
 		// The poll still comes; a failing store shows in Receive's errors.
 		return at
@@ -81,21 +97,4 @@ func (q *Queue) wakeAt(ctx context.Context, before time.Time, poll time.Duration
 		}
 	}
 	return at
-}
-
-// nextVisible returns the earliest visible_at later than after. ok is false
-// when no message is waiting for a future visible_at.
-func (q *Queue) nextVisible(ctx context.Context, after time.Time) (next time.Time, ok bool, err error) {
-	st, err := q.db.ReadStmt(ctx, stmtNextVisible)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	var v sql.NullInt64
-	if err := st.QueryRowContext(ctx, after.UnixMilli()).Scan(&v); err != nil {
-		return time.Time{}, false, err
-	}
-	if !v.Valid {
-		return time.Time{}, false, nil
-	}
-	return time.UnixMilli(v.Int64), true, nil
 }

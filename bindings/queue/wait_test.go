@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,14 +29,14 @@ const hwTimeout = 20 * time.Second
 const hwNoPoll = 30 * time.Second
 
 // hwServer starts an embedded hint server on a free loopback port.
-func hwServer(t testing.TB) *notify.Server {
+func hwServer(t testing.TB) *hintserver.Server {
 	t.Helper()
 	return hwServerOn(t, "127.0.0.1:0")
 }
 
-func hwServerOn(t testing.TB, listen string) *notify.Server {
+func hwServerOn(t testing.TB, listen string) *hintserver.Server {
 	t.Helper()
-	s, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: listen})
+	s, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: listen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func hwOpen(t testing.TB, dir string, opts ...queue.Option) *queue.Queue {
 	}
 	t.Cleanup(func() {
 		var res string
-		if err := q.DB().R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		if err := admin.QueueDB(q).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 			t.Errorf("integrity_check of %s: %q, %v", q.Path(), res, err)
 		}
 		if err := q.Close(); err != nil {
@@ -361,7 +363,7 @@ VALUES ('text', 'leased', ?1, ?2, 1, '00000000-0000-4000-8000-000000000000')`, n
 func hwVisibleAt(t testing.TB, q *queue.Queue, id int64) time.Time {
 	t.Helper()
 	var v int64
-	if err := q.DB().R.QueryRow(`SELECT visible_at FROM messages WHERE id = ?`, id).Scan(&v); err != nil {
+	if err := admin.QueueDB(q).R.QueryRow(`SELECT visible_at FROM messages WHERE id = ?`, id).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	return time.UnixMilli(v)
@@ -372,7 +374,7 @@ func hwVisibleAt(t testing.TB, q *queue.Queue, id int64) time.Time {
 func TestNextVisibleUsesSpecIndex(t *testing.T) {
 	t.Parallel()
 	q := hwOpen(t, t.TempDir())
-	rows, err := q.DB().R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
+	rows, err := admin.QueueDB(q).R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/asyncapi"
 
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // asyncapiCommand prints the AsyncAPI 3.0.0 document of a stack's hint
@@ -18,7 +18,7 @@ type asyncapiCommand struct {
 func (c *asyncapiCommand) flags() (fs *flag.FlagSet, file, format *string, asJSON *bool) {
 	fs = newFlagSet("asyncapi")
 	file = stackFlag(fs)
-	format = fs.String("format", string(notify.FormatJSON), "output `FORMAT`: json or yaml")
+	format = fs.String("format", string(asyncapi.FormatJSON), "output `FORMAT`: json or yaml")
 	asJSON = fs.Bool("json", false, "print the document as JSON (the default; the same as --format json)")
 	return fs, file, format, asJSON
 }
@@ -31,18 +31,18 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *format != string(notify.FormatJSON) && *format != string(notify.FormatYAML) {
+	if *format != string(asyncapi.FormatJSON) && *format != string(asyncapi.FormatYAML) {
 		return &usageError{msg: fmt.Sprintf("--format must be json or yaml, got %q", *format), try: "localcloud asyncapi --format yaml"}
 	}
-	if *asJSON && *format != string(notify.FormatJSON) {
+	if *asJSON && *format != string(asyncapi.FormatJSON) {
 		return &usageError{msg: fmt.Sprintf("--json and --format %s contradict each other", *format), try: "localcloud asyncapi --json"}
 	}
-	f := notify.AsyncAPIFormat(*format)
+	f := asyncapi.Format(*format)
 	st, err := c.app.loadStack(*file)
 	if err != nil {
 		return err
 	}
-	doc, err := notify.AsyncAPI(asyncAPIInput(st, f))
+	doc, err := asyncapi.Generate(asyncAPIInput(st, f))
 	if err != nil {
 		return err
 	}
@@ -53,8 +53,8 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 // asyncAPIInput describes st's hint channels: one per queue binding, on the
 // server of notify.listen. It depends on the stack file only, so the
 // document is the same whether up runs or not.
-func asyncAPIInput(st *config.Stack, f notify.AsyncAPIFormat) notify.AsyncAPIInput {
-	in := notify.AsyncAPIInput{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
+func asyncAPIInput(st *config.Stack, f asyncapi.Format) asyncapi.Input {
+	in := asyncapi.Input{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
 	for _, b := range st.Bindings {
 		if b.Type == config.TypeQueue {
 			in.Bindings = append(in.Bindings, b.Name)

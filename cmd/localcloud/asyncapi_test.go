@@ -18,7 +18,7 @@ import (
 // The official AsyncAPI 3.0.0 JSON schema, kept as test data of package
 // notify (see its README.md for origin and license).
 var asyncAPISchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
-	return testutil.CompileSchema(filepath.Join("..", "..", "notify", "testdata", "asyncapi", "asyncapi-3.0.0.schema.json"))
+	return testutil.CompileSchema(filepath.Join("..", "..", "internal", "asyncapi", "testdata", "asyncapi", "asyncapi-3.0.0.schema.json"))
 })
 
 // validateAsyncAPI validates a JSON document against the official schema.

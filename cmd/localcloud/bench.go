@@ -596,7 +596,7 @@ func queueWorker(ctx context.Context, q *queue.Queue, batch int, end time.Time, 
 			rec(0, began, err)
 		}
 		began := time.Now()
-		msgs, err := q.Receive(ctx, batch, queue.WithVisibility(time.Minute))
+		msgs, err := q.Receive(ctx, batch, queue.ReceiveVisibility(time.Minute))
 		rec(1, began, err)
 		for _, m := range msgs {
 			sent, perr := strconv.ParseInt(strings.TrimRight(m.Payload.Data, "."), 10, 64)

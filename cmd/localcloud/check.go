@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io/fs"
 	"os"
 	"path/filepath"
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/supervisor"
@@ -24,6 +26,9 @@ type checkCommand struct {
 const (
 	problemMode  = "mode"
 	problemStore = "store"
+	// problemMove is an unfinished move out of a queue toward a
+	// destination the stack does not let it finish (supervisor.MoveProblems).
+	problemMove = "move"
 )
 
 // checkJSON is check's --json output.
@@ -48,9 +53,9 @@ type checkStoreJSON struct {
 
 func formatOf(t config.Type) sqlstore.Format {
 	if t == config.TypeQueue {
-		return queue.Format()
+		return sqlitequeue.Format()
 	}
-	return kv.Format()
+	return sqlitekv.Format()
 }
 
 func (c *checkCommand) Run(ctx context.Context, args []string) error {
@@ -81,7 +86,7 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	}
 	out := checkJSON{Stores: []checkStoreJSON{}}
 	for _, b := range bs {
-		r, err := checkStore(ctx, b)
+		r, err := checkStore(ctx, st, b)
 		if err != nil {
 			return err
 		}
@@ -99,15 +104,25 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	if out.OK {
 		return nil
 	}
-	bad := 0
+	bad, rows := 0, 0
 	for _, s := range out.Stores {
 		if !s.OK {
 			bad++
 		}
+		for _, p := range s.Problems {
+			if p.Kind == sqlstore.ProblemRow {
+				rows++
+			}
+		}
+	}
+	try := "restore a verified backup (localcloud restore BINDING FILE), or fix the modes with chmod 700 DIR / chmod 600 FILE"
+	if rows == out.Problems {
+		// Only rows another program wrote: the store itself is sound.
+		try = "the row problems are rows another program wrote that localcloud coerces or cannot deliver (README: Guarantees); fix or delete them with that program, or ack/purge them"
 	}
 	return &hintError{
 		err: fmt.Errorf("check found %d problem%s in %d of %d stores", out.Problems, plural(out.Problems), bad, len(out.Stores)),
-		try: "restore a verified backup (localcloud restore BINDING FILE), or fix the modes with chmod 700 DIR / chmod 600 FILE",
+		try: try,
 	}
 }
 
@@ -138,7 +153,7 @@ func (c *checkCommand) print(out checkJSON) {
 
 // checkStore verifies one binding's store: directory and file modes (stat
 // only), then the database through a read-only SQLite connection.
-func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
+func checkStore(ctx context.Context, st *config.Stack, b config.Binding) (checkStoreJSON, error) {
 	f := formatOf(b.Type)
 	r := checkStoreJSON{Binding: b.Name, Type: string(b.Type), Format: f.Marker, Path: b.Path,
 		File: filepath.Join(b.Path, f.File), Problems: []sqlstore.Problem{}, Notes: []string{}}
@@ -157,7 +172,8 @@ func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
 		add(problemStore, "", fmt.Sprintf("%s is not a directory", b.Path))
 		return r, nil
 	}
-	checkMode(&r, b.Path, di, supervisor.DirMode, "store directory")
+	v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode())
+	checkMode(&r, b.Path, v, msg)
 	fi, err := os.Stat(r.File)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -172,49 +188,53 @@ func checkStore(ctx context.Context, b config.Binding) (checkStoreJSON, error) {
 		return r, nil
 	}
 	r.Exists = true
-	checkMode(&r, r.File, fi, supervisor.FileMode, "database file")
+	v, msg = sqlstore.FileModeVerdict(r.File, fi.Mode())
+	checkMode(&r, r.File, v, msg)
 	sides := []string{"-wal", "-shm"}
 	existed := map[string]bool{}
 	for _, side := range sides {
 		_, err := os.Stat(r.File + side)
 		existed[side] = err == nil
 	}
-	v, err := sqlstore.Verify(ctx, r.File, f)
+	ver, err := sqlstore.Verify(ctx, r.File, f)
 	if err != nil {
 		return r, fmt.Errorf("check %s: %w", b.Name, err)
+	}
+	if b.Type == config.TypeQueue && ver.OK() {
+		for _, p := range queueMoveProblems(ctx, st, b) {
+			add(problemMove, "table lc_moves", p)
+		}
 	}
 	// Stat the sidecars after the read, so a second check reports the same:
 	// a read-only open of a WAL store creates missing ones, with the
 	// database file's mode, and leaves them.
 	for _, side := range sides {
 		if si, err := os.Stat(r.File + side); err == nil {
-			what := f.File + side
-			if !existed[side] {
-				what += " (created by SQLite for this read, with the database file's mode)"
+			v, msg := sqlstore.FileModeVerdict(r.File+side, si.Mode())
+			if !existed[side] && msg != "" {
+				msg += " (" + f.File + side + " was created by SQLite for this read, with the database file's mode)"
 			}
-			checkMode(&r, r.File+side, si, supervisor.FileMode, what)
+			checkMode(&r, r.File+side, v, msg)
 		}
 	}
-	r.Problems = append(r.Problems, v.Problems...)
-	r.Notes = append(r.Notes, v.Notes...)
-	r.Objects = v.Objects
+	r.Problems = append(r.Problems, ver.Problems...)
+	r.Notes = append(r.Notes, ver.Notes...)
+	r.Objects = ver.Objects
 	r.OK = len(r.Problems) == 0
 	return r, nil
 }
 
-// checkMode reports a mode other than want: looser (group or others get
-// access) or without the owner's access up needs.
-func checkMode(r *checkStoreJSON, path string, fi os.FileInfo, want os.FileMode, what string) {
-	got := fi.Mode().Perm()
-	if got == want {
-		return
+// checkMode reports a mode by the store file-mode policy (the one open
+// applies): a mode it refuses (group or others can write) or one without
+// the owner's access is a problem; one it warns about (group or others can
+// read) is a note.
+func checkMode(r *checkStoreJSON, path string, v sqlstore.ModeVerdict, msg string) {
+	switch v {
+	case sqlstore.ModeRefuse, sqlstore.ModeOwner:
+		r.Problems = append(r.Problems, sqlstore.Problem{Kind: problemMode, Object: path, Message: msg})
+	case sqlstore.ModeWarn:
+		r.Notes = append(r.Notes, msg)
 	}
-	why := "the owner lacks access localcloud needs"
-	if got&^want != 0 {
-		why = "looser than " + fmt.Sprintf("%04o", want) + ": group or others have access"
-	}
-	r.Problems = append(r.Problems, sqlstore.Problem{Kind: problemMode, Object: path,
-		Message: fmt.Sprintf("%s %s has mode %04o, want %04o (%s)", what, path, got, want, why)})
 }
 
 func (c *checkCommand) Usage() {
@@ -227,8 +247,10 @@ Usage:
   localcloud check [-f FILE] [--json] [BINDING...]
 
 For every binding (or the ones named) check verifies:
-  - the store directory has mode 0700 and the database file and its -wal
-    and -shm files mode 0600 (a looser mode is a problem);
+  - the modes of the store directory (created 0700) and of the database
+    file and its -wal and -shm files (created 0600), by the policy open
+    applies: group or others able to write is a problem, able only to read
+    (0750, 0644) a note;
   - the database file is whole (a SQLite header, whole pages, as many as
     its header says) and a non-empty -wal belongs to it (held by a running
     process, or recorded in the -shm a crashed writer left); a -wal that
@@ -240,7 +262,11 @@ For every binding (or the ones named) check verifies:
     plus localcloud's own index and tables (lc_*) on queues; a missing,
     changed or unknown object is a problem (a missing lc_ object is only a
     note: a spec-exact store has none);
-  - PRAGMA integrity_check.
+  - PRAGMA integrity_check;
+  - the rows: one "row" problem per row another program wrote that
+    localcloud reads with a conversion or cannot deliver (a REAL or TEXT
+    timestamp, a json payload that is not JSON, an unknown payload_type, a
+    number or TEXT in the kv value column, ...), naming the row id or key.
 
 It prints one line per problem ("BINDING: KIND: message"), or "BINDING: ok",
 and exits 1 if it found any problem. A binding whose store does not exist yet
@@ -255,4 +281,23 @@ Examples:
 Flags:
 `)
 	printDefaults(c.app.stdout, fs)
+}
+
+// queueMoveProblems reads the unfinished moves of queue binding b's store
+// through a read-only handle and returns those up would leave in place.
+func queueMoveProblems(ctx context.Context, st *config.Stack, b config.Binding) []string {
+	q, err := queue.Open(ctx, b.Path, queue.WithReadOnly())
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	defer q.Close()
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	refs, err := eq.References(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot read the unfinished moves: %v", err)}
+	}
+	return supervisor.MoveProblems(st, b, refs)
 }

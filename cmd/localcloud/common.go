@@ -394,6 +394,10 @@ func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 		return nil, &hintError{err: fmt.Errorf("stack file %s is a directory", path), try: try}
 	}
 	st, err := config.Load(path, a.loadOptions()...)
+	var nr *config.NotRegularError
+	if errors.As(err, &nr) {
+		return nil, &hintError{err: err, try: "name a regular stack file with -f FILE or $LOCALCLOUD_STACK; it is read in one go, never from a pipe or device"}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &hintError{
 			err: fmt.Errorf("stack file %s not found", path),

@@ -218,8 +218,10 @@ func TestQueueCommandsInProcess(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "stale receipt") {
 		t.Errorf("ack of a stale receipt: %d %s", code, stderr)
 	}
+	// Not a receipt: the library's no-op, which the CLI must not report
+	// as an ack.
 	code, _, stderr = run("", "ack", "orders-dlq", "not-a-receipt")
-	if code != 0 || !strings.Contains(stderr, "not a receipt this store issues") {
+	if code != 1 || !strings.Contains(stderr, "not a receipt this store issues") || !strings.Contains(stderr, "nothing acked") {
 		t.Errorf("ack of junk: %d %s", code, stderr)
 	}
 	var st queueStatsJSON

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,13 +60,16 @@ type (
 		Messages []queueMessageOut `json:"messages"`
 	}
 	queueMessageOut struct {
-		ID         int64           `json:"id"`
-		Receipt    string          `json:"receipt"`
-		Attempt    int             `json:"attempt"`
-		Type       string          `json:"type"`
-		Payload    string          `json:"payload"`
-		JSON       json.RawMessage `json:"json,omitempty"`
-		EnqueuedAt string          `json:"enqueuedAt"`
+		ID      int64           `json:"id"`
+		Receipt string          `json:"receipt"`
+		Attempt int             `json:"attempt"`
+		Type    string          `json:"type"`
+		Payload string          `json:"payload"`
+		JSON    json.RawMessage `json:"json,omitempty"`
+		// PayloadBase64 is the payload's bytes when they are not UTF-8
+		// (another program's BLOB): payload then shows them with U+FFFD.
+		PayloadBase64 string `json:"payloadBase64,omitempty"`
+		EnqueuedAt    string `json:"enqueuedAt"`
 	}
 	queueReceiptJSON struct {
 		Binding string              `json:"binding"`
@@ -75,8 +78,7 @@ type (
 	queueReceiptState struct {
 		Receipt string `json:"receipt"`
 		OK      bool   `json:"ok"`
-		// Note says the receipt was not one this store issues (a no-op).
-		Note  string `json:"note,omitempty"`
+		// Error says why nothing was done for this receipt.
 		Error string `json:"error,omitempty"`
 	}
 	queuePurgeJSON struct {
@@ -89,15 +91,18 @@ type (
 		Messages []queuePeekOut `json:"messages"`
 	}
 	queuePeekOut struct {
-		ID         int64           `json:"id"`
-		Attempt    int             `json:"attempt"`
-		Type       string          `json:"type"`
-		Payload    string          `json:"payload"`
-		JSON       json.RawMessage `json:"json,omitempty"`
-		Bytes      int             `json:"bytes"`
-		EnqueuedAt string          `json:"enqueuedAt"`
-		VisibleAt  string          `json:"visibleAt"`
-		State      string          `json:"state"`
+		ID            int64           `json:"id"`
+		Attempt       int             `json:"attempt"`
+		Type          string          `json:"type"`
+		Payload       string          `json:"payload"`
+		JSON          json.RawMessage `json:"json,omitempty"`
+		Bytes         int             `json:"bytes"`
+		PayloadBase64 string          `json:"payloadBase64,omitempty"`
+		EnqueuedAt    string          `json:"enqueuedAt"`
+		VisibleAt     string          `json:"visibleAt"`
+		State         string          `json:"state"`
+		// Odd says what is odd about a row another program wrote.
+		Odd []string `json:"odd,omitempty"`
 		// Origin is where a dead letter came from (absent otherwise).
 		Origin *queueOriginOut `json:"origin,omitempty"`
 	}
@@ -109,6 +114,7 @@ type (
 		EnqueuedAt  string `json:"enqueuedAt"`
 		MovedAt     string `json:"movedAt"`
 		LastReceipt string `json:"lastReceipt,omitempty"`
+		Reason      string `json:"reason,omitempty"`
 	}
 	queueExtendJSON struct {
 		Binding      string `json:"binding"`
@@ -150,6 +156,9 @@ const (
 	stateInFlight = "in-flight"
 	stateDelayed  = "delayed"
 	stateMoving   = "moving"
+	// stateNeverDue: visible_at is no number (written by another
+	// program), which SQLite compares above every number.
+	stateNeverDue = "never-due"
 )
 
 func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
@@ -232,7 +241,7 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	defer q.Close()
 	var opts []queue.ReceiveOption
 	if visSet {
-		opts = append(opts, queue.WithVisibility(*vis))
+		opts = append(opts, queue.ReceiveVisibility(*vis))
 	}
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()
@@ -247,9 +256,13 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	if *asJSON {
 		out := queueReceiveJSON{Binding: b.Name, Messages: []queueMessageOut{}}
 		for _, m := range msgs {
+			// Every claimed message is printed: a payload another program
+			// wrote that is not JSON although typed json gets no json
+			// field (it would make the whole output unprintable), one that
+			// is not UTF-8 its bytes in base64.
 			mo := queueMessageOut{ID: m.ID, Receipt: m.ReceiptHandle, Attempt: m.Attempt, Type: string(m.Payload.Type),
-				Payload: m.Payload.Data, EnqueuedAt: fmtTime(m.EnqueuedAt)}
-			if m.Payload.Type == queue.TypeJSON {
+				Payload: m.Payload.Data, PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt)}
+			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				mo.JSON = json.RawMessage(m.Payload.Data)
 			}
 			out.Messages = append(out.Messages, mo)
@@ -270,9 +283,6 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	return nil
 }
 
-// receiptRE is the shape of the receipts a store issues: "{id}:{uuid}".
-var receiptRE = regexp.MustCompile(`^[1-9][0-9]*:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
 func (c *queueCommand) ack(ctx context.Context, args []string) error {
 	return c.settle(ctx, "ack", args)
 }
@@ -281,7 +291,10 @@ func (c *queueCommand) nack(ctx context.Context, args []string) error {
 	return c.settle(ctx, "nack", args)
 }
 
-// settle acks or nacks every receipt given, and fails if any failed.
+// settle acks or nacks every receipt given, and fails if any failed. A
+// string that is not a receipt the store issues (queue.ParseReceipt) would
+// be a no-op success in the library; here it is a failure that says nothing
+// was done, so no ack or nack is reported that did not happen.
 func (c *queueCommand) settle(ctx context.Context, op string, args []string) error {
 	fs, file, asJSON := queueFlags(op)
 	delay := new(time.Duration)
@@ -304,8 +317,11 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	var failed []string
 	for _, r := range pos[1:] {
 		res := queueReceiptState{Receipt: r, OK: true}
-		if !receiptRE.MatchString(r) {
-			res.Note = "not a receipt this store issues (want ID:UUID from queue receive); nothing done"
+		if _, err := queue.ParseReceipt(r); err != nil {
+			res.OK, res.Error = false, fmt.Sprintf("%v; nothing %sed", err, op)
+			failed = append(failed, fmt.Sprintf("%s %s: %s", op, r, res.Error))
+			out.Results = append(out.Results, res)
+			continue
 		}
 		if op == "ack" {
 			err = q.Ack(ctx, r)
@@ -324,10 +340,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 		}
 	} else {
 		for _, r := range out.Results {
-			switch {
-			case r.Note != "":
-				fmt.Fprintf(c.app.stderr, "%s %s: %s\n", op, r.Receipt, r.Note)
-			case r.OK:
+			if r.OK {
 				fmt.Fprintf(c.app.stderr, "%sed %s\n", op, r.Receipt)
 			}
 		}
@@ -335,7 +348,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	if len(failed) > 0 {
 		return &hintError{
 			err: errors.New(strings.Join(failed, "\n")),
-			try: "a stale receipt means the message was delivered again since; use the receipt of its latest delivery",
+			try: "use the receipt exactly as queue receive printed it, of the message's latest delivery (a stale receipt means it was delivered again since)",
 		}
 	}
 	return nil
@@ -366,7 +379,7 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	}
 	if !*yes {
 		fmt.Fprintf(c.app.stderr, "Delete all %s of queue %s (%d due, %d in flight, %d delayed)? Type yes to confirm: ",
-			quantity(before.Total, "message"), b.Name, before.Due, before.InFlight, before.Delayed)
+			quantity(before.Total, "message"), b.Name, before.Due, before.InFlight-before.Delayed, before.Delayed)
 		answer := ""
 		if c.app.stdin != nil {
 			line, _ := bufio.NewReader(c.app.stdin).ReadString('\n')
@@ -413,13 +426,14 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 		out := queuePeekJSON{Binding: b.Name, Messages: []queuePeekOut{}}
 		for _, m := range msgs {
 			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
-				Bytes: len(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt), VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now)}
+				Bytes: len(m.Payload.Data), PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt),
+				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd}
 			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				po.JSON = json.RawMessage(m.Payload.Data)
 			}
 			if o := m.Origin; o != nil {
 				po.Origin = &queueOriginOut{Binding: o.Binding, Store: o.Store, ID: o.ID, Attempts: o.Attempts,
-					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt}
+					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt, Reason: o.Reason}
 			}
 			out.Messages = append(out.Messages, po)
 		}
@@ -429,13 +443,32 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD")
 	for _, m := range msgs {
 		state := peekState(m, now)
-		if state != stateDue && state != stateMoving {
+		if state != stateDue && state != stateMoving && state != stateNeverDue {
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
 			state, originText(m.Origin), m.Payload.Type, payloadPreview(m.Payload))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if len(m.Odd) > 0 {
+			fmt.Fprintf(c.app.stdout, "message %d was written by another program: %s\n", m.ID, strings.Join(m.Odd, "; "))
+		}
+		if m.Origin != nil && m.Origin.Reason != "" {
+			fmt.Fprintf(c.app.stdout, "message %d was moved here undelivered: %s\n", m.ID, m.Origin.Reason)
+		}
+	}
+	return nil
+}
+
+// base64IfBinary returns s in base64 when it is not UTF-8, else "".
+func base64IfBinary(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
 // payloadPreview shows a JSON payload as JSON (compact, cut with "..."
@@ -478,6 +511,8 @@ func peekState(m queue.PeekedMessage, now time.Time) string {
 	switch {
 	case m.Moving:
 		return stateMoving
+	case m.VisibleAt.IsZero():
+		return stateNeverDue
 	case !m.VisibleAt.After(now):
 		return stateDue
 	case m.Attempt > 0:
@@ -501,7 +536,8 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight, Delayed: s.Delayed, Total: s.Total,
+	// queue.Stats counts delayed messages in InFlight; the CLI shows them apart.
+	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight - s.Delayed, Delayed: s.Delayed, Total: s.Total,
 		DeadLetters: s.DeadLetters, Moving: s.Moving, Origins: []queueOriginCnt{}}
 	for _, o := range s.Origins {
 		out.Origins = append(out.Origins, queueOriginCnt{Binding: o.Binding, Store: o.Store, Count: o.Count})
@@ -521,7 +557,7 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if s.Total > 0 {
 		oldest = (time.Duration(out.OldestAgeMillis) * time.Millisecond).Round(time.Second).String()
 	}
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", b.Name, s.Due, s.InFlight, s.Delayed, s.Total, oldest)
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", b.Name, s.Due, out.InFlight, s.Delayed, s.Total, oldest)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -672,7 +708,10 @@ the flags.
            wait without claiming anything).
   ack      deletes the messages of the receipts; nack makes them due again,
            at once or with --delay D after a back-off. A stale receipt (the
-           message was delivered again since) fails.
+           message was delivered again since) fails, and so does a string
+           that is not a receipt the store issues (an upper-case UUID,
+           a typo): nothing is done for it, it is reported on stderr and
+           the command exits 1; the other receipts given are still settled.
   extend   keeps the message of RECEIPT hidden for D from now (1ms-12h), for
            a handler that needs longer than its lease. A stale receipt, or a
            message that is gone, fails.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/notify"
 )
@@ -71,7 +72,7 @@ func (c *queueCommand) tail(ctx context.Context, args []string) error {
 
 	var last int64
 	if !*existing {
-		if err := q.DB().R.QueryRowContext(ctx, stmtTailLast).Scan(&last); err != nil {
+		if err := admin.QueueDB(q).R.QueryRowContext(ctx, stmtTailLast).Scan(&last); err != nil {
 			return fmt.Errorf("read queue %s: %w", b.Name, err)
 		}
 	}
@@ -125,7 +126,7 @@ func (c *queueCommand) tailRead(ctx context.Context, q *queue.Queue, binding str
 	if limited && left < limit {
 		limit = left
 	}
-	rows, err := q.DB().R.QueryContext(ctx, stmtTail, *last, limit)
+	rows, err := admin.QueueDB(q).R.QueryContext(ctx, stmtTail, *last, limit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,9 +65,27 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 		now = c.now
 	}
 	f := formatOf(b.Type)
-	res, err := sqlstore.Restore(ctx, b.Path, f, src, now())
+	var checks []sqlstore.RestoreCheck
+	if b.Type == config.TypeQueue {
+		checks = append(checks, func(ctx context.Context, db *sql.DB) error {
+			refs, err := sqlitequeue.ReadReferences(ctx, db)
+			if err != nil {
+				return err
+			}
+			if lines := supervisor.ForeignReferences(st, b, refs); len(lines) > 0 {
+				return &foreignRefsError{lines: lines}
+			}
+			return nil
+		})
+	}
+	res, err := sqlstore.Restore(ctx, b.Path, f, src, now(), checks...)
 	var ve *sqlstore.VerifyError
+	var fe *foreignRefsError
 	switch {
+	case errors.As(err, &fe):
+		return &hintError{err: fmt.Errorf("%s names destinations that stack %s does not have, so nothing was changed:\n  %s",
+			src, st.Name, strings.Join(fe.lines, "\n  ")),
+			try: fmt.Sprintf("restore a backup of %s taken from this stack, or add the named queues to the stack file", b.Name)}
 	case errors.As(err, &ve):
 		return &hintError{err: fmt.Errorf("%s is not a sound %s store, so nothing was changed:\n%s", src, f.Marker, problemLines(ve.Problems)),
 			try: fmt.Sprintf("restore a backup of a %s binding, made by localcloud backup", b.Type)}
@@ -84,6 +105,12 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	}
 	return nil
 }
+
+// foreignRefsError refuses a queue backup whose own tables name locations
+// that are no queue of the stack (supervisor.ForeignReferences).
+type foreignRefsError struct{ lines []string }
+
+func (e *foreignRefsError) Error() string { return strings.Join(e.lines, "; ") }
 
 // holdDataDir takes the exclusive lock localcloud up takes on
 // <dataDir>/.lock, so restore is refused while up serves the stack and up
@@ -133,7 +160,9 @@ Usage:
 restore refuses while localcloud up serves the stack (stop it first) and
 holds up's data dir lock meanwhile, so up cannot start during the swap. It
 verifies SRC (format marker of the binding's type, schema, PRAGMA
-integrity_check) before touching anything. Then, holding the store's write
+integrity_check) before touching anything, and refuses a queue backup whose
+localcloud tables (unfinished moves, recorded origins of dead letters) name
+a location that is no other queue binding of the stack. Then, holding the store's write
 lock (no localcloud writer of any process is mid-write), it copies SRC into a
 temporary file in the store directory with VACUUM INTO, verifies the copy,
 checkpoints the live store into its database file and gives it a second name,

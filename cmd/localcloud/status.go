@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,6 +42,7 @@ type statusReport struct {
 	Running       bool       `json:"running"`
 	PID           int        `json:"pid,omitempty"`
 	NATSURL       string     `json:"natsUrl,omitempty"`
+	ExplorerURL   string     `json:"explorerUrl,omitempty"`
 	StartedAt     *time.Time `json:"startedAt,omitempty"`
 	UptimeSeconds int64      `json:"uptimeSeconds,omitempty"`
 	Stack         string     `json:"stack"`
@@ -180,6 +181,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	case rt != nil:
 		started := rt.StartedAt
 		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
+		rep.ExplorerURL = rt.ExplorerURL
 		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
 		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
@@ -199,7 +201,17 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		}
 	}
 	for i := range rep.Bindings {
-		countStore(ctx, &rep.Bindings[i], now)
+		sb := &rep.Bindings[i]
+		countStore(ctx, sb, now)
+		// While up runs, its health reports the moves it left.
+		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && b.Path == sb.Path {
+			if probs := queueMoveProblems(ctx, st, *b); len(probs) > 0 {
+				if sb.Health != supervisor.HealthOK {
+					probs = append([]string{sb.Health}, probs...)
+				}
+				sb.Health = strings.Join(probs, "; ")
+			}
+		}
 	}
 	return rep, nil
 }
@@ -215,8 +227,8 @@ func offlineHealth(b config.Binding) string {
 		return fmt.Sprintf("cannot stat store directory: %v", err)
 	}
 	var probs []string
-	if perm := di.Mode().Perm(); perm != supervisor.DirMode {
-		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, supervisor.DirMode))
+	if v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+		probs = append(probs, msg)
 	}
 	name := kv.FileName
 	if b.Type == config.TypeQueue {
@@ -228,27 +240,16 @@ func offlineHealth(b config.Binding) string {
 		probs = append(probs, "no database file; localcloud up creates it")
 	case err != nil:
 		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
-	case fi.Mode().Perm() != supervisor.FileMode:
-		probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", fi.Mode().Perm(), supervisor.FileMode))
+	default:
+		if v, msg := sqlstore.FileModeVerdict(filepath.Join(b.Path, name), fi.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+			probs = append(probs, msg)
+		}
 	}
 	if len(probs) == 0 {
 		return supervisor.HealthOK
 	}
 	return strings.Join(probs, "; ")
 }
-
-// The count queries. Read-only handles run them on their query-only pool.
-const (
-	stmtKVCounts = `SELECT
-COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
-FROM kv`
-	stmtQueueCounts = `SELECT
-COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN visible_at > ?1 THEN 1 ELSE 0 END), 0),
-MIN(enqueued_at)
-FROM messages`
-)
 
 // countStore fills in a binding's counts by opening its store read-only. A
 // store that is missing is not opened (opening never creates it anyway).
@@ -261,14 +262,15 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
 			return
 		}
-		s, err := kv.Open(ctx, sb.Path, kv.ReadOnly())
+		s, err := kv.Open(ctx, sb.Path, kv.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return
 		}
 		defer s.Close()
-		var c kvCounts
-		if err := s.DB().R.QueryRowContext(ctx, stmtKVCounts, ms).Scan(&c.Live, &c.Expired); err != nil {
+		st, err := s.Stats(ctx)
+		c := kvCounts{Live: st.Live, Expired: st.Expired}
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count keys: %v", err)
 			return
 		}
@@ -277,20 +279,21 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		if !fileExists(filepath.Join(sb.Path, queue.FileName)) {
 			return
 		}
-		q, err := queue.Open(ctx, sb.Path, queue.ReadOnly())
+		q, err := queue.Open(ctx, sb.Path, queue.WithReadOnly())
 		if err != nil {
 			sb.CountError = err.Error()
 			return
 		}
 		defer q.Close()
-		var c queueCounts
-		var oldest sql.NullInt64
-		if err := q.DB().R.QueryRowContext(ctx, stmtQueueCounts, ms).Scan(&c.Due, &c.InFlight, &oldest); err != nil {
+		// The queue's own Stats: the engine owns the schema.
+		st, err := q.Stats(ctx)
+		if err != nil {
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
 		}
-		if oldest.Valid && oldest.Int64 < ms {
-			c.OldestAgeMillis = ms - oldest.Int64
+		c := queueCounts{Due: st.Due, InFlight: st.InFlight}
+		if !st.Oldest.IsZero() && st.Oldest.UnixMilli() < ms {
+			c.OldestAgeMillis = ms - st.Oldest.UnixMilli()
 		}
 		sb.Queue = &c
 	}
@@ -308,7 +311,7 @@ func fallbackDataDir(path string) (dir string, ok bool) {
 	var top struct {
 		DataDir any `yaml:"dataDir"`
 	}
-	data, err := os.ReadFile(abs)
+	data, err := config.ReadFile(abs) // never blocks on a FIFO
 	if err != nil {
 		return "", false
 	}
@@ -336,6 +339,9 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 	case rep.Running && rep.PID > 0:
 		up := time.Duration(rep.UptimeSeconds) * time.Second
 		fmt.Fprintf(w, "up: running, pid %d, up %s, NATS %s\n", rep.PID, up, rep.NATSURL)
+		if rep.ExplorerURL != "" {
+			fmt.Fprintf(w, "explorer: %s\n", rep.ExplorerURL)
+		}
 	case rep.Running:
 		fmt.Fprintln(w, "up: starting")
 	default:
@@ -394,11 +400,13 @@ Usage:
   localcloud status [-f FILE] [--json]
 
 Shows whether localcloud up serves the stack's data dir (pid, NATS URL,
-uptime) and per binding its type, health, path and contents: live and
+explorer URL, uptime) and per binding its type, health, path and contents: live and
 expired keys of a KV store; due and in-flight messages and the age of the
 oldest message of a queue. The stores are opened read-only. While up runs
 the bindings and their health are the ones up serves; otherwise the stack
-file's.
+file's. A queue's health also names the unfinished moves out of it that
+up leaves in place, since the stack does not name their destination (see
+localcloud check).
 
 status exits 1 (saying why on stderr) when up is not running or any binding
 is not healthy, so scripts can wait with: until localcloud status; do sleep 1; done.

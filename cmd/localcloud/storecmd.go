@@ -221,17 +221,16 @@ func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access q
 	}
 	var opts []queue.Option
 	if access == queueRead {
-		opts = append(opts, queue.ReadOnly())
+		opts = append(opts, queue.WithReadOnly())
 	} else {
 		d, err := bindings.ParseDurability(b.Durability)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, queue.WithDurability(d), queue.WithBindingName(b.Name))
-		// The binding's dead-letter policy holds for the CLI as for apps.
-		if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
-			opts = append(opts, queue.WithDeadLetter(b.MaxAttempts, dl.Path))
-		}
+		// The binding's dead-letter policy holds for the CLI as for apps,
+		// and so do the stack's rules for finishing moves.
+		opts = append(opts, supervisor.QueueOptions(st, b)...)
 		if rt, running, err := supervisor.Probe(st.DataDir); err == nil && running && rt != nil && rt.NATSURL != "" {
 			opts = append(opts, queue.WithHints(rt.NATSURL, st.Notify.Token, config.Subject(st.Name, b.Name)))
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/supervisor"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // shutdownTimeout bounds a graceful stop, so up exits within 5 s of the
@@ -57,16 +57,30 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	log, natsLog := c.app.loggers(*verbose)
+	exp, err := listenExplorer(st)
+	if err != nil {
+		return err
+	}
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
 		LoadOptions: c.app.loadOptions(),
+		ExplorerURL: exp.url(),
 	})
 	if err != nil {
+		exp.abort()
 		return startError(err, st)
 	}
-	c.printSummary(sup, st)
-	log.Info(readyMsg, "nats", sup.URL(), "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())
+	if err := exp.serve(sup, st, log); err != nil {
+		_ = sup.Close()
+		return err
+	}
+	c.printSummary(sup, st, exp)
+	attrs := []any{"nats", sup.URL()}
+	if exp != nil {
+		attrs = append(attrs, "explorer", exp.url())
+	}
+	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
 
 	var stopCause any
 	for stopCause == nil {
@@ -83,7 +97,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	log.Info("stopping", "cause", fmt.Sprint(stopCause))
 	done := make(chan error, 1)
-	go func() { done <- sup.Close() }()
+	go func() {
+		exp.close(shutdownTimeout / 4) // before the stores it reads
+		done <- sup.Close()
+	}()
 	timer := time.NewTimer(shutdownTimeout)
 	defer timer.Stop()
 	for {
@@ -118,20 +135,21 @@ func startError(err error, st *config.Stack) error {
 			try = fmt.Sprintf("stop the other localcloud up first (kill %d), or give this stack another dataDir", le.PID)
 		}
 		return &hintError{err: fmt.Errorf("%s already serves %s; it holds %s", holder, st.DataDir, le.Path), try: try}
-	case errors.Is(err, notify.ErrAddrInUse):
+	case errors.Is(err, hintserver.ErrAddrInUse):
 		return &hintError{err: err, try: fmt.Sprintf("set \"listen: 127.0.0.1:0\" under notify: in %s to pick a free port", st.File)}
 	}
 	return &hintError{err: err, try: "fix the problem above; nothing was changed in existing stores"}
 }
 
 // printSummary prints what up serves to stdout.
-func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack) {
+func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, exp *upExplorer) {
 	w := c.app.stdout
 	fmt.Fprintf(w, "localcloud up: stack %s (%s)\n", st.Name, st.File)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  data dir\t%s\n", st.DataDir)
 	fmt.Fprintf(tw, "  runtime file\t%s\n", filepath.Join(st.DataDir, supervisor.RuntimeFileName))
 	fmt.Fprintf(tw, "  NATS\t%s (hints on %s)\n", sup.URL(), config.Subject(st.Name, "<binding>"))
+	fmt.Fprintf(tw, "  explorer\t%s\n", exp.summary(st))
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
 	printBindings(w, st)
@@ -155,6 +173,9 @@ func defaultsApplied(st *config.Stack) string {
 			continue
 		case "notify.listen":
 			parts = append(parts, "notify.listen "+config.DefaultListen)
+			continue
+		case "explorer.listen":
+			parts = append(parts, "explorer.listen "+config.DefaultExplorerListen)
 			continue
 		}
 		rest, ok := strings.CutPrefix(d, "bindings.")
@@ -199,7 +220,9 @@ up checks the stack file, takes <dataDir>/.lock (a second up on the same
 data dir fails naming the first one's pid), creates the data dir and every
 binding's store (directories 0700, files 0600; a store of another format
 stops up and is left untouched), starts the embedded NATS hint server and
-writes <dataDir>/runtime.json. It prints a summary on stdout and then logs,
+writes <dataDir>/runtime.json, and serves the web explorer (stack field
+explorer; default http://127.0.0.1:4280/, a free port when that one is
+taken and the stack sets none; "explorer: off" turns it off). It prints a summary on stdout and then logs,
 on stderr, one line with msg=ready that scripts can wait for:
 
   time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT stack=NAME bindings=N pid=PID

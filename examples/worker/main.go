@@ -60,7 +60,7 @@ func run(ctx context.Context) error {
 		return nil
 	}
 	// Consume returns when ctx ends, after the handlers in flight are done.
-	if err := orders.Consume(ctx, handle, queue.Workers(4)); err != nil {
+	if err := orders.Consume(ctx, handle, queue.ConsumeWorkers(4)); err != nil {
 		return err
 	}
 	fmt.Println("worker: stopped")

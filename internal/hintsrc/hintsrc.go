@@ -8,13 +8,18 @@
 //
 //   - a foreign writer: any process that inserts or updates rows with the
 //     spec's SQL on its own SQLite connection. The store directory is watched
-//     with inotify (notify.DirWatcher); each event is only a reason to look,
+//     with inotify (dirwatch.DirWatcher); each event is only a reason to look,
 //     confirmed by PRAGMA data_version on one connection kept open per queue
 //     (it changes only when another connection committed), then the due
 //     messages are counted.
 //   - time passing: a lease that ends (its consumer died) or a delayed
 //     message coming due. A timer per queue is armed at the earliest future
 //     visible_at and re-armed after every change and every firing.
+//
+// A send through localcloud's queue library is hinted by that library
+// alone: its hint names the largest id it inserted, and the Source, which
+// subscribes to each queue's subject, publishes nothing for inserts so
+// covered (see coverWait).
 //
 // A hint carries no data and may be lost; the store stays the only truth.
 // Coalescing hints under load is the Publisher's job. The database file is
@@ -28,10 +33,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/dirwatch"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/notify"
@@ -68,32 +79,57 @@ var (
 	ErrNoDirectory = errors.New("queue has no store directory")
 )
 
-// settleSteps are the delays of the re-checks that follow a directory
-// event. inotify reports a commit's writes to the -wal file before the
-// commit is visible to other connections (it becomes so when the wal-index
-// in -shm, which raises no event, is updated; with synchronous=FULL only
-// after an fsync of a millisecond or so), and no later event may come. So
-// after an event the queue is looked at again after 1 ms, then 2, 4, ...
-// 512 ms more while nothing changes (about 1 s in all); a re-check that sees
-// a change starts over at 1 ms, as more commits may be on their way.
+// The re-checks that follow a directory event. inotify reports a commit's
+// writes to the -wal file before the commit is visible to other connections
+// (it becomes so when the wal-index in -shm, which raises no event, is
+// updated; with synchronous=FULL only after an fsync, a millisecond or, on a
+// busy disk, tens of them), and no later event may come. So after an event
+// the queue is looked at again and again: each re-check follows the one
+// before after an eighth of the time since the event (at least 1 ms, at most
+// settleMaxStep), until settleFor has passed without a change. A re-check
+// that sees a change starts over, as more commits may be on their way, and
+// so does every new event. A commit visible L after its event is so seen at
+// most about L/8 later: 1 ms for the first 8 ms, 2.5 ms at 20 ms.
 //
+// Why steps that grow with the wait: a doubling schedule (1, 2, 4, ... ms)
+// found a commit that became visible 9 ms after its event only at 15 ms;
+// with a random 20-300 ms writer on synchronous=FULL that was a p99 of 12 ms.
 // Why so far: on a loaded machine the writer can be descheduled between its
 // -wal writes and the wal-index update. Measured with 2 cores and ~20 busy
-// processes, commits became visible up to 0.5-1 s after their event; re-checks
-// that stopped at 31 ms lost those hints. Past ~1 s a consumer's default
-// fallback poll (1 s) has looked anyway. A re-check is one PRAGMA
-// data_version on a connection already open, so the tail costs nothing.
-var settleSteps = [...]time.Duration{
-	time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
-	32 * time.Millisecond, 64 * time.Millisecond, 128 * time.Millisecond, 256 * time.Millisecond, 512 * time.Millisecond,
+// processes, commits became visible up to 0.5-1 s after their event;
+// re-checks that stopped at 31 ms lost those hints. Past ~1 s a consumer's
+// default fallback poll (1 s) has looked anyway. A re-check is one PRAGMA
+// data_version on a connection already open (tens of microseconds); the
+// about 50 re-checks of one event cost about a millisecond of CPU.
+const (
+	settleFor      = 1024 * time.Millisecond
+	settleMinStep  = time.Millisecond
+	settleMaxStep  = 128 * time.Millisecond
+	settleFraction = 8
+)
+
+// settleStep is the delay of the next re-check, elapsed after the event.
+func settleStep(elapsed time.Duration) time.Duration {
+	return min(max(elapsed/settleFraction, settleMinStep), settleMaxStep)
 }
 
-// The statements run on a queue's dedicated connection. Both use the spec's
-// index idx_messages_visible, which leads with visible_at.
+// A library's own hint covers its inserts. localcloud's queue library
+// publishes a hint after every Send carrying the largest id it inserted
+// (notify.Hint.LastID); ids of the spec's AUTOINCREMENT table grow in commit
+// order, so that hint follows every insert up to that id, foreign ones
+// included. The Source subscribes to each queue's subject and remembers the
+// largest such id (never more than the store's own sqlite_sequence when the
+// hint arrives, so a stray hint cannot silence later inserts); a look that
+// finds only inserts so covered publishes nothing. The library's hint
+// usually arrives first (its commit is visible before the hint; the -wal
+// event is seen before the commit is). When the look comes first and a
+// library hint came within libRecent, the Source's hint waits up to
+// coverWait for the library's: a foreign insert in a queue that a library
+// also sends to is hinted coverWait late; one in a queue only foreign
+// writers use, at once.
 const (
-	stmtDataVersion = `PRAGMA data_version`
-	stmtCountDue    = `SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`
-	stmtNextVisible = `SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`
+	coverWait = 3 * time.Millisecond // > the library's 2 ms coalescing window
+	libRecent = 10 * time.Second
 )
 
 // Options configures a Source.
@@ -110,7 +146,7 @@ type Options struct {
 type Source struct {
 	pub *notify.Publisher
 	log *slog.Logger
-	dw  *notify.DirWatcher
+	dw  *dirwatch.DirWatcher
 
 	mu        sync.Mutex
 	byBinding map[string]*watched
@@ -128,7 +164,7 @@ func New(opts Options) (*Source, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Source{pub: opts.Publisher, log: log, byBinding: map[string]*watched{}, byDir: map[string]*watched{}}
-	dw, err := notify.NewDirWatcher(notify.DirWatcherOptions{
+	dw, err := dirwatch.NewDirWatcher(dirwatch.DirWatcherOptions{
 		Name:    queue.FileName,
 		Changed: s.changed,
 		Gone:    s.gone,
@@ -149,11 +185,14 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	if binding == "" || subject == "" || q == nil {
 		return fmt.Errorf("add %q to hint source: binding, subject and queue are required", binding)
 	}
-	db := q.DB()
-	if db.Dir == "" {
+	eq, err := admin.Queue(q)
+	if err != nil {
+		return fmt.Errorf("add %q to hint source: %w", binding, err)
+	}
+	if q.Location() == "" || strings.HasPrefix(q.Location(), queue.MemoryPrefix) {
 		return fmt.Errorf("add %q to hint source: %w", binding, ErrNoDirectory)
 	}
-	dir := filepath.Clean(db.Dir)
+	dir := filepath.Clean(q.Location())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -167,14 +206,24 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	conn, err := db.R.Conn(ctx)
+	conn, err := eq.NewProbe(ctx)
 	if err != nil {
 		return fmt.Errorf("add %q to hint source: take a connection: %w", binding, err)
 	}
 	w := &watched{src: s, binding: binding, subject: subject, dir: dir, conn: conn}
+	// Without the subscription the Source hints every insert itself, as a
+	// library's hint is then never known to cover one.
+	sub, err := s.pub.Conn().Subscribe(subject, w.hinted)
+	if err != nil {
+		s.log.Warn("hint source: subscribe to the library's hints; publishing a hint of its own for every send", logKeyBinding, binding, logKeyErr, err)
+	}
+	w.sub = sub
 	// Watch first, then read the baseline: a commit in between is seen by
 	// the first look (its data_version differs) or reported by an event.
 	if err := s.dw.Add(dir); err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
 		_ = conn.Close()
 		return fmt.Errorf("add %q to hint source: %w", binding, err)
 	}
@@ -260,17 +309,27 @@ type watched struct {
 	subject string
 	dir     string
 
-	mu       sync.Mutex // guards everything below; held while looking
-	conn     *sql.Conn  // dedicated: data_version is per connection
+	mu       sync.Mutex         // guards everything below; held while looking
+	conn     *sqlitequeue.Probe // dedicated connection: data_version is per connection
 	version  int64
 	known    bool        // version was read
 	next     int64       // visible_at the timer is armed for; 0: none
 	timer    *time.Timer // fires at next
 	settle   *time.Timer // the next re-check after an event
 	settling bool        // settle is armed
-	step     int         // index in settleSteps of the armed re-check
+	from     time.Time   // the event or change the re-checks count from
 	closed   bool
 	failures int // consecutive failed looks, to log only the first
+
+	sub      *nats.Subscription // the subject's hints; nil if subscribing failed
+	lastID   int64              // sqlite_sequence of messages at the last look
+	lastIDOK bool               // lastID was read
+	covered  int64              // inserts up to this id are covered by a library hint
+	libAt    time.Time          // when the last library hint (with an id) came
+	grace    *time.Timer        // publishes a held hint after coverWait
+	holding  bool               // a hint for inserts up to heldID waits for the library's
+	heldID   int64
+	heldDue  int64
 }
 
 // look checks the store. Unless force, it goes on only if another
@@ -284,8 +343,8 @@ func (w *watched) look(force bool) (changed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	if !force {
-		var v int64
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&v); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
@@ -294,29 +353,113 @@ func (w *watched) look(force bool) (changed bool) {
 		}
 		w.version, w.known, changed = v, true, true
 	} else if !w.known {
-		if err := w.conn.QueryRowContext(ctx, stmtDataVersion).Scan(&w.version); err != nil {
+		v, err := w.conn.DataVersion(ctx)
+		if err != nil {
 			w.failed("read data_version", err)
 			return false
 		}
-		w.known = true
+		w.version, w.known = v, true
 	}
 	now := time.Now().UnixMilli()
-	var due int64
-	if err := w.conn.QueryRowContext(ctx, stmtCountDue, now, MaxDueCount).Scan(&due); err != nil {
+	due, err := w.conn.CountDue(ctx, now, MaxDueCount)
+	if err != nil {
 		w.failed("count due messages", err)
 		return changed
 	}
+	prev, prevOK := w.lastID, w.lastIDOK
+	w.lastID, w.lastIDOK = w.readLastID(ctx)
 	if due > 0 {
-		w.src.pub.Notify(w.subject, due)
+		if !force && changed && prevOK && w.lastIDOK && w.lastID > prev {
+			w.inserted(due)
+		} else {
+			w.publish(due)
+		}
 	}
-	var next sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next); err != nil {
+	next, err := w.conn.NextVisible(ctx, now)
+	if err != nil {
 		w.failed("find the next visible_at", err)
 		return changed
 	}
 	w.failures = 0
 	w.arm(next)
 	return changed
+}
+
+// readLastID reads the largest message id ever inserted (0: none yet).
+// Called with w.mu held.
+func (w *watched) readLastID(ctx context.Context) (int64, bool) {
+	id, err := w.conn.LastID(ctx)
+	return id, err == nil
+}
+
+// inserted publishes the hint of a look that found new messages up to
+// w.lastID (and due ones), unless a library hint covers them or may soon.
+// Called with w.mu held.
+func (w *watched) inserted(due int64) {
+	switch {
+	case w.lastID <= w.covered:
+		// The library's hint came already.
+	case time.Since(w.libAt) < libRecent:
+		w.heldID, w.heldDue = max(w.heldID, w.lastID), due
+		if !w.holding {
+			w.holding = true
+			if w.grace == nil {
+				w.grace = time.AfterFunc(coverWait, w.graceOver)
+			} else {
+				w.grace.Reset(coverWait)
+			}
+		}
+	default:
+		w.publish(due)
+	}
+}
+
+// publish publishes a hint now; it covers a held one. Called with w.mu held.
+func (w *watched) publish(due int64) {
+	w.src.pub.Notify(w.subject, due)
+	if w.holding {
+		w.holding = false
+		w.grace.Stop()
+	}
+}
+
+// graceOver publishes the held hint: no library hint covered it in time.
+func (w *watched) graceOver() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || !w.holding {
+		return
+	}
+	w.holding = false
+	w.src.pub.Notify(w.subject, w.heldDue)
+}
+
+// hinted receives every hint on the queue's subject, the Source's own
+// included; those of a library (with a LastID) cover its inserts.
+func (w *watched) hinted(m *nats.Msg) {
+	h, err := notify.ParseHint(m.Data)
+	if err != nil || h.LastID <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	// A hint follows its commit, so an honest LastID is never above the
+	// store's; a larger one is capped there.
+	seq, ok := w.readLastID(ctx)
+	if !ok {
+		return
+	}
+	w.covered = max(w.covered, min(h.LastID, seq))
+	w.libAt = time.Now()
+	if w.holding && w.heldID <= w.covered {
+		w.holding = false
+		w.grace.Stop()
+	}
 }
 
 // arm sets the timer for next (null: none).
@@ -348,18 +491,20 @@ func (w *watched) fire() {
 	w.look(true)
 }
 
-// startSettle starts the re-checks after an event unless they run
-// already. Called with w.mu held.
+// startSettle starts the re-checks after an event, or starts them over at
+// 1 ms when they run already: the commit behind this event is a new one,
+// and waiting for the current step (up to settleMaxStep) would make its hint
+// late. Called with w.mu held.
 func (w *watched) startSettle() {
-	if w.closed || w.settling {
+	if w.closed {
 		return
 	}
-	w.settling, w.step = true, 0
+	w.settling, w.from = true, time.Now()
 	w.armStep()
 }
 
 func (w *watched) armStep() {
-	d := settleSteps[w.step]
+	d := settleStep(time.Since(w.from))
 	if w.settle == nil {
 		w.settle = time.AfterFunc(d, w.recheck)
 		return
@@ -375,11 +520,8 @@ func (w *watched) recheck() {
 		return
 	}
 	if w.look(false) {
-		w.step = 0
-	} else {
-		w.step++
-	}
-	if w.step == len(settleSteps) {
+		w.from = time.Now()
+	} else if time.Since(w.from) >= settleFor {
 		w.settling = false
 		return
 	}
@@ -395,6 +537,9 @@ func (w *watched) failed(what string, err error) {
 
 // close stops the timers and returns the connection to the pool.
 func (w *watched) close() {
+	if w.sub != nil {
+		_ = w.sub.Unsubscribe() // outside w.mu: a running hinted may hold it
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -406,6 +551,9 @@ func (w *watched) close() {
 	}
 	if w.settle != nil {
 		w.settle.Stop()
+	}
+	if w.grace != nil {
+		w.grace.Stop()
 	}
 	if err := w.conn.Close(); err != nil {
 		w.src.log.Warn("hint source: release connection", logKeyBinding, w.binding, logKeyErr, err)

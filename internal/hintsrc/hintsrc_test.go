@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,7 +25,7 @@ const waitTimeout = 20 * time.Second
 // rig is a hint server, a Source publishing to it, and a subscriber that
 // records the hints of one subject.
 type rig struct {
-	srv     *notify.Server
+	srv     *hintserver.Server
 	pub     *notify.Publisher
 	src     *hintsrc.Source
 	subject string
@@ -39,7 +41,7 @@ type received struct {
 
 func newRig(t *testing.T, subject string) *rig {
 	t.Helper()
-	srv, err := notify.StartServer(context.Background(), notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(context.Background(), hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func TestLeaseEndHinted(t *testing.T) {
 		t.Fatalf("Receive = %v, %v", msgs, err)
 	}
 	var v int64
-	if err := consumer.DB().R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
+	if err := admin.QueueDB(consumer).R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	leaseEnd := time.UnixMilli(v)
@@ -334,11 +336,11 @@ func TestConnectionReturnedOnRemove(t *testing.T) {
 	if err := r.src.Add("conn", subject, q); err != nil {
 		t.Fatal(err)
 	}
-	if st := q.DB().R.Stats(); st.InUse != 1 {
+	if st := admin.QueueDB(q).R.Stats(); st.InUse != 1 {
 		t.Fatalf("reader connections in use while watched = %d, want 1", st.InUse)
 	}
 	r.src.Remove("conn")
-	if st := q.DB().R.Stats(); st.InUse != 0 {
+	if st := admin.QueueDB(q).R.Stats(); st.InUse != 0 {
 		t.Fatalf("reader connections in use after Remove = %d, want 0", st.InUse)
 	}
 }
@@ -350,7 +352,7 @@ func TestQueriesUseSpecIndex(t *testing.T) {
 		`SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`,
 		`SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`,
 	} {
-		rows, err := q.DB().R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
+		rows, err := admin.QueueDB(q).R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,5 +369,64 @@ func TestQueriesUseSpecIndex(t *testing.T) {
 		if want := "USING COVERING INDEX idx_messages_visible (visible_at"; !strings.Contains(plan, want) {
 			t.Errorf("%s\nplan: %s\nwant it to contain %q", stmt, plan, want)
 		}
+	}
+}
+
+// TestLibraryHintCoversOnlyCommittedIDs: a hint that claims to cover ids
+// the store does not have yet (a stray or hostile publisher) cannot silence
+// the hints of later foreign inserts; it covers no more than the store's
+// sqlite_sequence when it arrives, so the next insert is still hinted (held
+// for the library's hint, then published by the source itself).
+func TestLibraryHintCoversOnlyCommittedIDs(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "stray")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("stray", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(r.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := nc.Publish(subject, []byte(`{"binding":"stray","due":-1,"at":0,"lastId":1000000}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "the stray hint delivered", func() bool { return r.count() == 1 })
+	db := foreign(t, dir)
+	for i := range 3 {
+		insert(t, db, 0)
+		testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint for the foreign insert", func() bool { return r.count() == 2+i })
+	}
+}
+
+// TestRealVisibleAtHinted: a delayed message whose visible_at another
+// program stored as REAL milliseconds (Python's time.time()*1000) is
+// announced when it is due, like one with an INTEGER visible_at.
+func TestRealVisibleAtHinted(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "realvis")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("realvis", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	visible := float64(now.Add(300*time.Millisecond).UnixNano())/1e6 + 0.5
+	if _, err := foreign(t, dir).Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?2, 0)`, float64(now.UnixNano())/1e6, visible); err != nil {
+		t.Fatal(err)
+	}
+	due := time.UnixMilli(int64(visible))
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint when the message with a REAL visible_at is due", func() bool {
+		h, ok := r.firstFrom(due)
+		return ok && h.hint.Due == 1
+	})
+	if h, _ := r.firstFrom(due); h.at.Sub(due) > time.Second {
+		t.Fatalf("hint %s after visible_at, want 0..1s (a timer, not a poll)", h.at.Sub(due))
 	}
 }

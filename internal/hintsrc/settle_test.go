@@ -3,6 +3,7 @@ package hintsrc
 import (
 	"context"
 	"database/sql"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := notify.StartServer(ctx, notify.ServerOptions{Listen: "127.0.0.1:0"})
+	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,4 +79,108 @@ VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 	if h, err := notify.ParseHint(m.Data); err != nil || h.Due != 1 {
 		t.Fatalf("hint %s (%v), want due 1", m.Data, err)
 	}
+}
+
+// TestEventRestartsTheReChecks: a directory event while the re-checks of an
+// earlier event are still running starts them over at 1 ms. Otherwise a
+// commit that becomes visible just after the second event waits for the
+// schedule's current step (here the one at ~511 ms after the first event,
+// about 200 ms after the commit).
+func TestEventRestartsTheReChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	subject := notify.Subject("test", "restart")
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := notify.NewPublisher(nc, notify.PublisherOptions{})
+	t.Cleanup(pub.Close)
+	src, err := New(Options{Publisher: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+
+	dir := t.TempDir()
+	q, err := queue.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	if err := src.Add("restart", subject, q); err != nil {
+		t.Fatal(err)
+	}
+	// Events are reported by hand from here, so the commit below raises none.
+	if err := src.dw.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src.changed(dir) // a first event: nothing new, the re-checks start
+	// Into the schedule's long steps (the re-checks at ~255 and ~511 ms):
+	// the scenario itself, not a synchronisation.
+	time.Sleep(300 * time.Millisecond)
+	src.changed(dir) // a second event, for the commit below, not yet visible
+	now := time.Now().UnixMilli()
+	if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	m, err := sub.NextMsg(2 * time.Second)
+	if err != nil {
+		t.Fatalf("no hint: %v", err)
+	}
+	late := time.Since(committed)
+	if h, err := notify.ParseHint(m.Data); err != nil || h.Due != 1 {
+		t.Fatalf("hint %s (%v), want due 1", m.Data, err)
+	}
+	// Restarted, the re-checks look 1, 3, 7 ms after the event; unrestarted,
+	// ~200 ms after the commit. 100 ms leaves room for a loaded machine.
+	if late > 100*time.Millisecond {
+		t.Fatalf("hint %v after the commit: the second event did not restart the re-checks", late)
+	}
+}
+
+// TestSettleStep: the re-checks come every millisecond at first, then an
+// eighth of the wait apart, never more than settleMaxStep, and about 50 of
+// them cover settleFor.
+func TestSettleStep(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ elapsed, want time.Duration }{
+		{0, time.Millisecond},
+		{5 * time.Millisecond, time.Millisecond},
+		{20 * time.Millisecond, 2500 * time.Microsecond},
+		{time.Second, 125 * time.Millisecond},
+		{10 * time.Second, settleMaxStep},
+	} {
+		if got := settleStep(c.elapsed); got != c.want {
+			t.Errorf("settleStep(%v) = %v, want %v", c.elapsed, got, c.want)
+		}
+	}
+	n := 0
+	for at := time.Duration(0); at < settleFor; at += settleStep(at) {
+		n++
+	}
+	if n < 30 || n > 60 {
+		t.Errorf("%d re-checks cover %v, want 30..60", n, settleFor)
+	}
+	t.Logf("%d re-checks per event", n)
 }

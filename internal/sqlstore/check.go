@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/localcloud/localcloud/bindings"
 )
 
 // Errors of the inspection, backup and restore helpers.
@@ -43,6 +45,9 @@ const (
 	ProblemSchemaUnknown = "schema-unknown"
 	// ProblemIntegrity: a line of PRAGMA integrity_check other than "ok".
 	ProblemIntegrity = "integrity"
+	// ProblemRow: a row another program wrote that localcloud has to
+	// coerce or cannot use (Format.CheckRows).
+	ProblemRow = "row"
 )
 
 // Problem is one finding of [Verify].
@@ -128,6 +133,9 @@ func immutableURI(path string) string {
 // verified on its own (SQLite's immutable mode), so not even the -shm a
 // read-only connection would build from the -wal is written.
 //
+// With f.CheckRows, the rows are then read and every odd one (written by
+// another program) is a ProblemRow.
+//
 // Every finding is a Problem; the error is only for a cancelled ctx or a
 // path that is not a regular file. Verify must not run in a process that
 // has the database open (it reads the header with its own descriptor).
@@ -175,6 +183,16 @@ func Verify(ctx context.Context, path string, f Format) (Verification, error) {
 	if markerOK {
 		if err := verifySchema(ctx, conn, f, &v); err != nil {
 			return v, ctxOr(ctx, err, &v)
+		}
+		if f.CheckRows != nil {
+			probs, err := f.CheckRows(ctx, conn)
+			if err != nil {
+				if ctx.Err() != nil {
+					return v, ctx.Err()
+				}
+				v.Problems = append(v.Problems, Problem{Kind: ProblemRow, Message: "cannot read the rows: " + err.Error()})
+			}
+			v.Problems = append(v.Problems, probs...)
 		}
 	}
 	if err := verifyIntegrity(ctx, conn, &v); err != nil {
@@ -225,7 +243,9 @@ func verifyMarker(ctx context.Context, conn *sql.Conn, f Format, v *Verification
 // schemaObject is one row of sqlite_master that the format may define.
 type schemaObject struct {
 	typ, name string
+	table     string // tbl_name: the table an index or trigger is on
 	sql       string // normalized
+	raw       string // as stored
 	extra     bool   // localcloud's own (Format.Extra), optional
 }
 
@@ -273,7 +293,7 @@ func verifySchema(ctx context.Context, conn *sql.Conn, f Format, v *Verification
 func readSchema(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }) (map[string]schemaObject, error) {
-	rows, err := q.QueryContext(ctx, `SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
+	rows, err := q.QueryContext(ctx, `SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
 	if err != nil {
 		return nil, err
 	}
@@ -282,9 +302,10 @@ func readSchema(ctx context.Context, q interface {
 	for rows.Next() {
 		var o schemaObject
 		var text sql.NullString
-		if err := rows.Scan(&o.typ, &o.name, &text); err != nil {
+		if err := rows.Scan(&o.typ, &o.name, &o.table, &text); err != nil {
 			return nil, err
 		}
+		o.raw = text.String
 		o.sql = NormalizeSQL(text.String)
 		out[o.label()] = o
 	}
@@ -338,6 +359,79 @@ func expectedSchema(ctx context.Context, f Format) ([]schemaObject, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].label() < out[j].label() })
 	expected.m[key] = out
 	return out, nil
+}
+
+// OwnPrefix starts the names of localcloud's own schema objects.
+const OwnPrefix = "lc_"
+
+// foreignObjects returns the objects of got, a store's schema, that a store
+// of the format must not hold, sorted by label. Opening a store refuses
+// them: no statement of localcloud may run beside code it did not write.
+//
+//   - Every trigger and every view: neither format has one, and a trigger
+//     runs inside localcloud's own writes (an ack that inserts the message
+//     back, a delete that resurrects a key, a put copied into meta).
+//   - Every index the format (spec and localcloud's Extra) does not define,
+//     whatever its name: an index constrains writes (a UNIQUE index refuses
+//     sends, an expression index fails them).
+//   - Every table the format does not define, unless its name starts with
+//     OwnPrefix: that is localcloud's namespace, and a table of it that this
+//     version does not know (a newer version's) is inert, as nothing reads or
+//     writes it.
+//
+// An object of the format whose SQL differs (drift) is not refused here:
+// another implementation may spell the DDL differently; Verify reports it.
+func foreignObjects(want []schemaObject, got map[string]schemaObject) []schemaObject {
+	known := map[string]bool{}
+	for _, w := range want {
+		known[w.label()] = true
+	}
+	var out []schemaObject
+	for label, o := range got {
+		switch {
+		case known[label] && (o.typ == "table" || o.typ == "index"):
+		case o.typ == "table" && strings.HasPrefix(o.name, OwnPrefix):
+		default:
+			out = append(out, o)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].label() < out[j].label() })
+	return out
+}
+
+// checkObjects fails with BINDING_SETUP_FAILED naming every object of the
+// database behind q that foreignObjects refuses. It only reads sqlite_master.
+func checkObjects(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, path string, f Format) error {
+	want, err := expectedSchema(ctx, f)
+	if err != nil {
+		return fmt.Errorf("build the expected schema of %s: %w", f.Marker, err)
+	}
+	got, err := readSchema(ctx, q)
+	if err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema", path)
+	}
+	bad := foreignObjects(want, got)
+	if len(bad) == 0 {
+		return nil
+	}
+	var names, drops []string
+	for _, o := range bad {
+		names = append(names, fmt.Sprintf("%s %q (%s)", o.typ, o.name, clip(strings.Join(strings.Fields(o.raw), " "), 120)))
+		drops = append(drops, fmt.Sprintf("DROP %s %q;", strings.ToUpper(o.typ), o.name))
+	}
+	return bindings.Errorf(bindings.CodeBindingSetupFailed,
+		"open store %q: the database holds %s, not part of %s nor localcloud's own; a trigger, view, index or table of another program would run inside or constrain localcloud's writes, so the store was refused and its files were left untouched: if you trust the file, remove it (%s), else restore a backup",
+		path, strings.Join(names, ", "), f.Marker, strings.Join(drops, " "))
+}
+
+// clip shortens s to at most n bytes, marking a cut with "...".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // integrityLines caps how many integrity_check lines are reported.

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
 	"os"
@@ -105,7 +108,7 @@ func TestVerifyAcceptsFreshStores(t *testing.T) {
 	for _, c := range []struct {
 		dir string
 		f   sqlstore.Format
-	}{{newKV(t), kv.Format()}, {newQueue(t), queue.Format()}} {
+	}{{newKV(t), sqlitekv.Format()}, {newQueue(t), sqlitequeue.Format()}} {
 		path := filepath.Join(c.dir, c.f.File)
 		before := testutil.HashFile(t, path)
 		v := verify(t, path, c.f)
@@ -141,9 +144,9 @@ func TestVerifyReportsDrift(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			dir, f := newKV(t), kv.Format()
+			dir, f := newKV(t), sqlitekv.Format()
 			if c.queue {
-				dir, f = newQueue(t), queue.Format()
+				dir, f = newQueue(t), sqlitequeue.Format()
 			}
 			path := filepath.Join(dir, f.File)
 			rawExec(t, path, c.stmts...)
@@ -164,11 +167,11 @@ func TestVerifyReportsANonDatabaseAndTheOtherFormat(t *testing.T) {
 	if err := os.WriteFile(junk, []byte(strings.Repeat("not sqlite ", 100)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if v := verify(t, junk, kv.Format()); kinds(v) != "open " {
+	if v := verify(t, junk, sqlitekv.Format()); kinds(v) != "open " {
 		t.Errorf("junk: %+v", v)
 	}
 	q := filepath.Join(newQueue(t), queue.FileName)
-	v := verify(t, q, kv.Format())
+	v := verify(t, q, sqlitekv.Format())
 	if kinds(v) != "marker table meta" || !strings.Contains(v.Problems[0].Message, `"localqueue.v1"`) {
 		t.Errorf("queue as kv: %+v", v)
 	}
@@ -212,7 +215,7 @@ func TestBackupWhileWriting(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
-	res, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, kv.Format())
+	res, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, sqlitekv.Format())
 	close(stop)
 	n := <-written
 	if err != nil {
@@ -234,7 +237,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	if err := os.Link(dst, filepath.Join(copyDir, kv.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	bs, err := kv.Open(ctx, copyDir, kv.ReadOnly())
+	bs, err := kv.Open(ctx, copyDir, kv.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +265,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 
 	// An existing destination is never overwritten.
-	if _, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, kv.Format()); !errors.Is(err, sqlstore.ErrExists) {
+	if _, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, sqlitekv.Format()); !errors.Is(err, sqlstore.ErrExists) {
 		t.Errorf("second backup to the same file: %v", err)
 	}
 }
@@ -272,7 +275,7 @@ func TestBackupOfTheWrongFormatLeavesNothing(t *testing.T) {
 	src := filepath.Join(newQueue(t), queue.FileName)
 	out := t.TempDir()
 	dst := filepath.Join(out, "b.sqlite")
-	_, err := sqlstore.Backup(context.Background(), src, dst, kv.Format())
+	_, err := sqlstore.Backup(context.Background(), src, dst, sqlitekv.Format())
 	var ve *sqlstore.VerifyError
 	if !errors.As(err, &ve) || !errors.Is(err, sqlstore.ErrVerifyFailed) {
 		t.Fatalf("err = %v", err)
@@ -297,7 +300,7 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	// While this process holds the store, Restore refuses.
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	src := filepath.Join(srcDir, kv.FileName)
-	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now); err == nil || !strings.Contains(err.Error(), "this process has the store open") {
+	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), src, now); err == nil || !strings.Contains(err.Error(), "this process has the store open") {
 		t.Errorf("restore with an open handle: %v", err)
 	}
 	s.Close()
@@ -310,12 +313,12 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	if _, err := other.Exec("SELECT COUNT(*) FROM kv"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now); !errors.Is(err, sqlstore.ErrStoreInUse) {
+	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), src, now); !errors.Is(err, sqlstore.ErrStoreInUse) {
 		t.Errorf("restore while another connection is open: %v", err)
 	}
 	other.Close()
 
-	res, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now)
+	res, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), src, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,21 +348,21 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 		t.Error("restored store lacks the backup's key")
 	}
 	var mode string
-	if err := r.DB().R.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+	if err := admin.KVDB(r).R.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 		t.Errorf("journal_mode %q %v", mode, err)
 	}
-	if v := verify(t, res.Replaced, kv.Format()); !v.OK() {
+	if v := verify(t, res.Replaced, sqlitekv.Format()); !v.OK() {
 		t.Errorf("replaced store: %+v", v)
 	}
 
 	// A second restore at the same second gets another name.
 	r.Close()
-	res2, err := sqlstore.Restore(ctx, liveDir, kv.Format(), src, now)
+	res2, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), src, now)
 	if err != nil || res2.Replaced != res.Replaced+"-2" {
 		t.Errorf("second restore: %+v %v", res2, err)
 	}
 	// A source of the wrong format is refused before anything changes.
-	if _, err := sqlstore.Restore(ctx, liveDir, kv.Format(), filepath.Join(newQueue(t), queue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
+	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(newQueue(t), queue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
 		t.Errorf("queue into kv: %v", err)
 	}
 }

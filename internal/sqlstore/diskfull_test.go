@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"os"
 	"path/filepath"
@@ -201,7 +203,7 @@ func TestDiskFull(t *testing.T) {
 	for _, s := range []struct {
 		path string
 		f    sqlstore.Format
-	}{{q.Path(), queue.Format()}, {k.Path(), kv.Format()}} {
+	}{{q.Path(), sqlitequeue.Format()}, {k.Path(), sqlitekv.Format()}} {
 		if v := verify(t, s.path, s.f); !v.OK() {
 			t.Errorf("%s after the full disk: %v", s.path, v.Problems)
 		}
@@ -240,7 +242,7 @@ func TestDiskFullAtCreate(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := verify(t, filepath.Join(dir, queue.FileName), queue.Format()); !v.OK() {
+	if v := verify(t, filepath.Join(dir, queue.FileName), sqlitequeue.Format()); !v.OK() {
 		t.Errorf("store created after the full disk: %v", v.Problems)
 	}
 }

@@ -47,11 +47,64 @@ type fileProblem struct {
 
 func (p *fileProblem) Error() string { return p.msg }
 
-// Modes a store keeps: at most these permission bits.
+// The file-mode policy of stores, the one every tool applies (open, up's
+// health check, status, check): a store directory is created StoreDirMode
+// and its files StoreFileMode. A mode that lets group or others WRITE is
+// refused (they could plant a -wal or replace the database); one that lets
+// them only read or enter is a warning (the data can be read, not changed);
+// a mode that takes the owner's own access away is a problem for the tools
+// that report (the store cannot be used), and fails open by itself.
 const (
-	storeDirMode  fs.FileMode = 0o700
-	storeFileMode fs.FileMode = 0o600
+	StoreDirMode  fs.FileMode = 0o700
+	StoreFileMode fs.FileMode = 0o600
 )
+
+// Short names inside this package.
+const (
+	storeDirMode  = StoreDirMode
+	storeFileMode = StoreFileMode
+)
+
+// ModeVerdict is what the policy says about one mode.
+type ModeVerdict int
+
+// The verdicts of the file-mode policy.
+const (
+	ModeOK     ModeVerdict = iota
+	ModeWarn               // group or others can read or enter: warn, keep going
+	ModeRefuse             // group or others can write: refuse to open, report a problem
+	ModeOwner              // the owner lacks access the store needs: report a problem
+)
+
+// DirModeVerdict judges the mode of a store directory at path and returns
+// the message that explains a verdict other than ModeOK.
+func DirModeVerdict(dir string, perm fs.FileMode) (ModeVerdict, string) {
+	perm = perm.Perm()
+	if p, w := checkDirModePerm(dir, perm); p != nil {
+		return ModeRefuse, p.msg
+	} else if w != "" {
+		return ModeWarn, w
+	}
+	if perm&storeDirMode != storeDirMode {
+		return ModeOwner, fmt.Sprintf("store directory %s has mode %04o: the owner lacks access localcloud needs (%04o): fix with chmod 700 %s", dir, perm, storeDirMode, dir)
+	}
+	return ModeOK, ""
+}
+
+// FileModeVerdict judges the mode of a database, -wal or -shm file at path
+// and returns the message that explains a verdict other than ModeOK.
+func FileModeVerdict(path string, perm fs.FileMode) (ModeVerdict, string) {
+	perm = perm.Perm()
+	if p, w := checkFileModePerm(path, perm); p != nil {
+		return ModeRefuse, p.msg
+	} else if w != "" {
+		return ModeWarn, w
+	}
+	if perm&storeFileMode != storeFileMode {
+		return ModeOwner, fmt.Sprintf("%s has mode %04o: the owner lacks access localcloud needs (%04o): fix with chmod 600 %s", path, perm, storeFileMode, path)
+	}
+	return ModeOK, ""
+}
 
 // sqliteMagic starts every SQLite database file.
 var sqliteMagic = []byte("SQLite format 3\x00")
@@ -73,7 +126,10 @@ const groupOtherWrite fs.FileMode = 0o022
 // replace the database. A directory they may only read or enter is a
 // warning: the data can be read, but not changed.
 func checkDirMode(dir string, fi fs.FileInfo) (*fileProblem, string) {
-	perm := fi.Mode().Perm()
+	return checkDirModePerm(dir, fi.Mode().Perm())
+}
+
+func checkDirModePerm(dir string, perm fs.FileMode) (*fileProblem, string) {
 	if perm&groupOtherWrite != 0 {
 		return &fileProblem{kind: ProblemMode, path: dir, msg: fmt.Sprintf(
 			"store directory %s has mode %04o: group or others can write it, so they could plant or replace the store's files (a -wal SQLite would replay into the database); localcloud keeps it %04o: fix with chmod 700 %s",
@@ -89,7 +145,10 @@ func checkDirMode(dir string, fi fs.FileInfo) (*fileProblem, string) {
 // checkFileMode refuses a database, -wal or -shm file that group or others
 // may write, and warns about one they may only read.
 func checkFileMode(path string, fi fs.FileInfo) (*fileProblem, string) {
-	perm := fi.Mode().Perm()
+	return checkFileModePerm(path, fi.Mode().Perm())
+}
+
+func checkFileModePerm(path string, perm fs.FileMode) (*fileProblem, string) {
 	msg := fmt.Sprintf("%s has mode %04o: group or others can %s it; localcloud keeps store files %04o: fix with chmod 600 %s",
 		path, perm, access(perm), storeFileMode, path)
 	switch {

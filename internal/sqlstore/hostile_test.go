@@ -6,6 +6,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io"
 	"log/slog"
 	"net/url"
@@ -314,6 +316,88 @@ func hostileCases() []hostileCase {
 		},
 		want:        []string{"mode 0660", "group or others can read and write it", "chmod 600 "},
 		verifyKinds: nil,
+	}, {
+		// Every ack would be a no-op: the acked message comes back.
+		name: "trigger on messages that inserts acked messages back",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE TRIGGER keep_acked AFTER DELETE ON messages BEGIN
+INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES (old.payload_type, old.payload_data, old.enqueued_at, 0, 0); END`)
+			return dir
+		},
+		want:        []string{`trigger "keep_acked"`, "not part of localqueue.v1", "DROP TRIGGER"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "trigger on kv that resurrects deleted keys",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER undelete AFTER DELETE ON kv BEGIN
+INSERT INTO kv (key, value, expires_at) VALUES (old.key, old.value, old.expires_at); END`)
+			return dir
+		},
+		want:        []string{`trigger "undelete"`, "not part of localkv.v1"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "trigger that copies values into meta",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER leak AFTER INSERT ON kv BEGIN
+INSERT OR REPLACE INTO meta (key, value) VALUES ('leak-' || new.key, CAST(new.value AS TEXT)); END`)
+			return dir
+		},
+		want:        []string{`trigger "leak"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "a view",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE VIEW due AS SELECT * FROM messages WHERE visible_at <= 0`)
+			return dir
+		},
+		want:        []string{`view "due"`, "DROP VIEW"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		// A UNIQUE index of someone else's would refuse sends.
+		name: "an unknown index on messages",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE UNIQUE INDEX one_payload ON messages (payload_data)`)
+			return dir
+		},
+		want:        []string{`index "one_payload"`, "DROP INDEX"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "an lc_-named index localcloud does not have",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE UNIQUE INDEX lc_one_payload ON messages (payload_data)`)
+			return dir
+		},
+		want:        []string{`index "lc_one_payload"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "an unknown table",
+		kv:   true,
+		make: func(t *testing.T) string {
+			dir := newKV(t)
+			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TABLE audit (who TEXT, what TEXT)`)
+			return dir
+		},
+		want:        []string{`table "audit"`, "DROP TABLE"},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
+	}, {
+		name: "a trigger and a view, both named",
+		make: func(t *testing.T) string {
+			dir := storeQueue(t, 3)
+			rawExec(t, qpath(dir), `CREATE VIEW v1 AS SELECT 1`,
+				`CREATE TRIGGER lc_t1 BEFORE UPDATE ON messages BEGIN SELECT RAISE(IGNORE); END`)
+			return dir
+		},
+		want:        []string{`view "v1"`, `trigger "lc_t1"`},
+		verifyKinds: []string{sqlstore.ProblemSchemaUnknown},
 	}}
 }
 
@@ -324,7 +408,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	if c.kv {
 		var opts []kv.Option
 		if readOnly {
-			opts = append(opts, kv.ReadOnly())
+			opts = append(opts, kv.WithReadOnly())
 		}
 		s, err := kv.Open(ctx, dir, opts...)
 		if err == nil {
@@ -334,7 +418,7 @@ func openStore(c hostileCase, dir string, readOnly bool) error {
 	}
 	var opts []queue.Option
 	if readOnly {
-		opts = append(opts, queue.ReadOnly())
+		opts = append(opts, queue.WithReadOnly())
 	}
 	q, err := queue.Open(ctx, dir, opts...)
 	if err == nil {
@@ -349,9 +433,9 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dir := c.make(t)
-			f, file := queue.Format(), queue.FileName
+			f, file := sqlitequeue.Format(), queue.FileName
 			if c.kv {
-				f, file = kv.Format(), kv.FileName
+				f, file = sqlitekv.Format(), kv.FileName
 			}
 			path := filepath.Join(dir, file)
 			before := testutil.StoreHashes(t, dir)
@@ -538,7 +622,7 @@ func TestBackupRefusesAForeignWAL(t *testing.T) {
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, dir)
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
-	_, err := sqlstore.Backup(context.Background(), path, dst, queue.Format())
+	_, err := sqlstore.Backup(context.Background(), path, dst, sqlitequeue.Format())
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("backup of a store with a foreign -wal: %v; want the -wal named", err)
 	}
@@ -566,7 +650,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	}
 	copy(b, make([]byte, 100))
 	writeFile(t, path, b, 0o600)
-	res, err := sqlstore.Restore(ctx, damaged, queue.Format(), src, now)
+	res, err := sqlstore.Restore(ctx, damaged, sqlitequeue.Format(), src, now)
 	if err != nil {
 		t.Fatalf("restore over a zeroed header: %v", err)
 	}
@@ -586,7 +670,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	path = filepath.Join(planted, queue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, planted)
-	_, err = sqlstore.Restore(ctx, planted, queue.Format(), src, now)
+	_, err = sqlstore.Restore(ctx, planted, sqlitequeue.Format(), src, now)
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
 	}
@@ -608,7 +692,7 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, queue.Format().Schema,
+	for _, s := range []string{"PRAGMA cache_size=1", "BEGIN", sqlstore.MetaDDL, sqlitequeue.Format().Schema,
 		"INSERT INTO meta VALUES ('format', 'localqueue.v1')"} {
 		if _, err := db.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -647,5 +731,41 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	}
 	if st, err := q.Stats(context.Background()); err != nil || st.Total != 1 {
 		t.Errorf("stats %+v, %v; want the rolled-back store with the one new message", st, err)
+	}
+}
+
+// TestUnknownOwnTableOpens: a table in localcloud's own namespace that this
+// version does not define (a newer version's) is inert and does not stop
+// the open; Verify still reports it.
+func TestUnknownOwnTableOpens(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 2)
+	path := filepath.Join(dir, queue.FileName)
+	rawExec(t, path, `CREATE TABLE lc_future (x INTEGER)`)
+	q, err := queue.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatalf("open with an lc_ table: %v", err)
+	}
+	if msgs, err := q.Receive(t.Context(), 10); err != nil || len(msgs) != 2 {
+		t.Fatalf("receive: %d messages, %v", len(msgs), err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := verify(t, path, sqlitequeue.Format()); !strings.Contains(kinds(v), sqlstore.ProblemSchemaUnknown+" table lc_future") {
+		t.Errorf("Verify: %s; want the unknown lc_future", kinds(v))
+	}
+}
+
+// TestForeignObjectErrorNamesTheObject pins the wording of the refusal.
+func TestForeignObjectErrorNamesTheObject(t *testing.T) {
+	t.Parallel()
+	dir := storeQueue(t, 1)
+	rawExec(t, filepath.Join(dir, queue.FileName), `CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END`)
+	_, err := queue.Open(t.Context(), dir)
+	t.Logf("%v", err)
+	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), `trigger "keep" (CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END)`) ||
+		!strings.Contains(err.Error(), `DROP TRIGGER "keep";`) {
+		t.Errorf("err = %v", err)
 	}
 }

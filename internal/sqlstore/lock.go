@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -96,10 +97,10 @@ func (l *writeLock) acquire(ctx context.Context, log *slog.Logger) (func(), erro
 	if l.file == nil {
 		return unlockMu, nil
 	}
-	fd := int(l.file.Fd())
-	err := flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+	f := l.file
+	err := flockFile(f, syscall.LOCK_EX|syscall.LOCK_NB)
 	if err == nil {
-		return func() { _ = flock(fd, syscall.LOCK_UN); unlockMu() }, nil
+		return func() { _ = flockFile(f, syscall.LOCK_UN); unlockMu() }, nil
 	}
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		// No usable file lock (an odd filesystem): SQLite still serialises.
@@ -107,35 +108,118 @@ func (l *writeLock) acquire(ctx context.Context, log *slog.Logger) (func(), erro
 	}
 	// Block in the kernel, which wakes waiters in order, but give up after
 	// LockWait or when ctx ends.
-	got := make(chan error, 1)
-	go func() { got <- flock(fd, syscall.LOCK_EX) }()
+	w, err := startLockWaiter(f.Name())
+	if err != nil {
+		log.Warn("store lock file cannot be reopened to wait for it; writing without it", "lock", l.key, "err", err)
+		return unlockMu, nil
+	}
 	timer := time.NewTimer(LockWait)
 	defer timer.Stop()
 	select {
-	case err := <-got:
+	case err := <-w.got:
 		if err != nil {
+			w.close()
 			return unlockMu, nil
 		}
-		return func() { _ = flock(fd, syscall.LOCK_UN); unlockMu() }, nil
+		return func() { w.close(); unlockMu() }, nil
 	case <-ctx.Done():
-		abandon(fd, got)
+		w.abandon()
 		unlockMu()
 		return nil, ctx.Err()
 	case <-timer.C:
 		log.Warn("store lock file held too long; writing without it", "lock", l.key, "waited", LockWait)
-		abandon(fd, got)
+		w.abandon()
 		return unlockMu, nil
 	}
 }
 
-// abandon releases the file lock once the blocked flock call that nobody
-// waits for any more returns.
-func abandon(fd int, got <-chan error) {
-	go func() {
-		if err := <-got; err == nil {
-			_ = flock(fd, syscall.LOCK_UN)
-		}
-	}()
+// lockWaiters counts the goroutines blocked in flock for a lock file (or
+// about to end after it returned), abandoned ones included.
+var lockWaiters atomic.Int64
+
+// lockWaiter is one blocking wait for a lock file. It waits on a descriptor
+// of its own (an open file description of its own, so its flock is its
+// own), never on the writeLock's shared file: the writeLock may close that
+// one while the wait is still blocked in the kernel (the store was closed),
+// and its descriptor number may then belong to another file, such as
+// another store's lock file, which an unlock through the number would
+// silently free.
+//
+// The acquire call that started the wait owns it until it either takes the
+// result from got (then it owns the lock and the file, and close releases
+// both) or calls abandon. An abandoned waiter owns itself: when flock
+// returns it closes its own file, which releases the lock if it was
+// granted. Nothing else ever closes or uses that file, so the goroutine can
+// outlive the store without touching anything that is not its own. It lives
+// until the kernel grants the lock (a holder that is stopped keeps it
+// blocked; the process's exit ends it).
+type lockWaiter struct {
+	f   *os.File
+	got chan error // buffered; the result of flock, unless abandoned
+
+	mu        sync.Mutex
+	abandoned bool
+}
+
+// startLockWaiter opens path again and waits for its exclusive flock in a
+// goroutine.
+func startLockWaiter(path string) (*lockWaiter, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	w := &lockWaiter{f: f, got: make(chan error, 1)}
+	lockWaiters.Add(1)
+	go w.wait()
+	return w, nil
+}
+
+func (w *lockWaiter) wait() {
+	defer lockWaiters.Add(-1)
+	err := flockFile(w.f, syscall.LOCK_EX)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.abandoned {
+		_ = w.f.Close() // releases the lock, if it was granted
+		return
+	}
+	w.got <- err // never blocks: buffered, and sent once
+}
+
+// abandon hands the waiter over to its goroutine; if flock has already
+// returned, it closes the file itself.
+func (w *lockWaiter) abandon() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.got:
+		w.close()
+	default:
+		w.abandoned = true
+	}
+}
+
+// close releases the lock (if held) and closes the waiter's file. Only its
+// owner calls it.
+func (w *lockWaiter) close() {
+	_ = flockFile(w.f, syscall.LOCK_UN)
+	_ = w.f.Close()
+}
+
+// flockFile runs flock on f's descriptor while f keeps it open: the
+// descriptor cannot be closed (and its number reused) during the call, and a
+// closed f gives os.ErrClosed instead of touching whatever file has the
+// number now.
+func flockFile(f *os.File, how int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = flock(int(fd), how) }); err != nil {
+		return err
+	}
+	return ferr
 }
 
 func flock(fd, how int) error {

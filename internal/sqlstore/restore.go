@@ -33,12 +33,18 @@ type RestoreResult struct {
 	Verification Verification
 }
 
+// RestoreCheck is a check of a format's own beyond Verify, run by Restore
+// on its verified private copy of the snapshot (opened read-only) before
+// anything is swapped; an error refuses the restore and is returned
+// wrapped.
+type RestoreCheck func(ctx context.Context, db *sql.DB) error
+
 // Restore replaces the database of the store of format f in dir with a
 // copy of the snapshot src, atomically, keeping the replaced database
 // beside it as <file>.replaced-<UTC time>.
 //
 // src is verified first (marker, schema, integrity; a *VerifyError if it
-// fails). Then, holding the store's write lock file (so no localcloud writer
+// fails); checks run on the verified copy. Then, holding the store's write lock file (so no localcloud writer
 // of any process is inside a transaction, and none starts one until the swap
 // is done), Restore copies src into a temporary file in dir with VACUUM
 // INTO, verifies the copy, switches it to WAL, checkpoints the live
@@ -54,7 +60,7 @@ type RestoreResult struct {
 // opens the store during the swap keeps reading the old file (its inode)
 // until it reopens; Restore cannot see such a process beforehand, so stop
 // apps first. This process must not hold a handle on the store.
-func Restore(ctx context.Context, dir string, f Format, src string, now time.Time) (RestoreResult, error) {
+func Restore(ctx context.Context, dir string, f Format, src string, now time.Time, checks ...RestoreCheck) (RestoreResult, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return RestoreResult{}, err
@@ -109,6 +115,9 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 		return res, &VerifyError{Path: "the copy of " + src, Problems: v.Problems}
 	}
 	res.Verification = v
+	if err := runChecks(ctx, tmp, checks); err != nil {
+		return res, fmt.Errorf("restore %s from %s: %w", live, src, err)
+	}
 	if err := switchToWAL(ctx, tmp); err != nil {
 		return res, fmt.Errorf("restore %s: %w", live, err)
 	}
@@ -284,4 +293,22 @@ func keepReplaced(live string, now time.Time) (string, error) {
 		return name, nil
 	}
 	return "", fmt.Errorf("too many replaced databases named %s*", base)
+}
+
+// runChecks runs checks on the database file at path, read-only.
+func runChecks(ctx context.Context, path string, checks []RestoreCheck) error {
+	if len(checks) == 0 {
+		return nil
+	}
+	db, err := sql.Open("sqlite", readOnlyURI(path, true))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, c := range checks {
+		if err := c(ctx, db); err != nil {
+			return err
+		}
+	}
+	return db.Close()
 }

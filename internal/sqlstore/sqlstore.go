@@ -49,6 +49,10 @@ type Format struct {
 	Extra string
 	// OpCode is the code of operation errors (KV_OPERATION_FAILED, ...).
 	OpCode bindings.Code
+	// CheckRows, if set, reads the provider rows through conn (read-only)
+	// and returns a ProblemRow for each row another program wrote that
+	// the store has to coerce or cannot use. Verify runs it.
+	CheckRows func(ctx context.Context, conn *sql.Conn) ([]Problem, error)
 }
 
 // MetaDDL is the meta table both formats share, exactly as the spec writes it.
@@ -190,6 +194,11 @@ func checkRecovered(ctx context.Context, path string, f Format) error {
 		return &bindings.Error{Code: bindings.CodeBindingSetupFailed, Err: err, Msg: fmt.Sprintf(
 			"open store %q: the database read with the -wal a process that ended left beside it fails the format marker check; the store's files were left untouched: move the -wal away if it is not this store's, or restore a backup",
 			path)}
+	}
+	// The handshake would refuse them too, but only after SQLite replayed
+	// the -wal into the file.
+	if err := checkObjects(ctx, c, path, f); err != nil {
+		return err
 	}
 	rows, err := c.QueryContext(ctx, fmt.Sprintf("PRAGMA quick_check(%d)", integrityLines))
 	if err != nil {
@@ -334,6 +343,10 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 	db.raw = newRawPool(rawDB)
 	if db.ro {
 		if err := db.checkMarker(ctx, db.R); err != nil {
+			db.closeConns()
+			return err
+		}
+		if err := checkObjects(ctx, db.R, db.Path, db.Format); err != nil {
 			db.closeConns()
 			return err
 		}
@@ -514,6 +527,11 @@ func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
 		}
 	}
 	if err := db.checkMarkerTx(ctx, tx, tables); err != nil {
+		return err
+	}
+	// Before any statement that writes (and so could fire a trigger):
+	// nothing has been written in this transaction yet.
+	if err := checkObjects(ctx, db.wconn, db.Path, db.Format); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {

@@ -47,7 +47,11 @@
 // handle is reopened only when the type, path or durability changed),
 // unchanged bindings are not touched, and NATS stays up. A file with
 // mistakes, or a change that cannot be applied, is logged problem by problem
-// and the last good stack keeps being served.
+// and the last good stack keeps being served; so is a stack file replaced by
+// something that is not a regular file (a FIFO, a device), which is never
+// read. The file is read and parsed, and new stores opened, before the
+// supervisor's lock is taken: a reload never holds up health checks or a
+// stop.
 //
 // # Health
 //

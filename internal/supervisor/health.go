@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"io/fs"
 	"os"
 	"strings"
 	"time"
 )
 
-// Modes every store keeps: its directory private to the user, its database
-// file readable and writable by the user only.
+// Modes every store is created with: the file-mode policy's constants
+// (sqlstore.StoreDirMode, sqlstore.StoreFileMode). What a looser mode means
+// is the policy's too (sqlstore.DirModeVerdict): only modes it refuses, or
+// that take the owner's access away, are health problems; a mode it only
+// warns about (group or others may read, like 0750) is healthy, as at open.
 const (
-	DirMode  fs.FileMode = 0o700
-	FileMode fs.FileMode = 0o600
+	DirMode  = sqlstore.StoreDirMode
+	FileMode = sqlstore.StoreFileMode
 )
 
 // HealthAdvice is what to do about a deleted or replaced store; up logs it
@@ -37,8 +41,8 @@ func (s *store) check() string {
 	case idOf(di) != s.dirID:
 		return "store directory replaced (different inode)"
 	}
-	if perm := di.Mode().Perm(); perm != DirMode {
-		probs = append(probs, fmt.Sprintf("store directory mode %04o, want %04o", perm, DirMode))
+	if v, msg := sqlstore.DirModeVerdict(s.cfg.Path, di.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+		probs = append(probs, msg)
 	}
 	fi, err := os.Stat(s.file)
 	switch {
@@ -49,14 +53,17 @@ func (s *store) check() string {
 	case idOf(fi) != s.fileID:
 		probs = append(probs, "database file replaced (different inode)")
 	default:
-		if perm := fi.Mode().Perm(); perm != FileMode {
-			probs = append(probs, fmt.Sprintf("database file mode %04o, want %04o", perm, FileMode))
+		if v, msg := sqlstore.FileModeVerdict(s.file, fi.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
+			probs = append(probs, msg)
 		}
 		// SQLite only ever writes whole pages, so any other size means
 		// the file was cut (reads of the lost pages fail as corrupt).
 		if size := fi.Size(); s.pageSize > 0 && (size == 0 || size%s.pageSize != 0) {
 			probs = append(probs, fmt.Sprintf("database file truncated: %d bytes is not a whole number of %d-byte pages; run localcloud check", size, s.pageSize))
 		}
+	}
+	if s.moves != "" {
+		probs = append(probs, s.moves+"; run localcloud check")
 	}
 	if len(probs) == 0 {
 		return HealthOK

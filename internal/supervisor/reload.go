@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -39,41 +40,80 @@ func (d Diff) Empty() bool {
 // read or has mistakes, or a change that cannot be applied, is logged
 // problem by problem, recorded in runtime.json, and returned; the last good
 // stack keeps being served.
+//
+// The file is read and parsed before s.mu is taken, and the stores it adds
+// are opened without it too: no file read ever runs while the lock that
+// health checks and Close need is held. Reloads are serialised by reloadMu
+// instead, so they apply in the order they read.
 func (s *Supervisor) Reload(ctx context.Context, reason string) (Diff, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return Diff{}, errors.New("reload: supervisor closed")
-	}
 	if s.stackFile == "" {
 		return Diff{}, errors.New("reload: the stack was not read from a file")
 	}
-	st, err := config.Load(s.stackFile, s.opts.LoadOptions...)
-	if err == nil {
-		var d Diff
-		if d, err = s.applyLocked(ctx, st); err == nil {
-			s.logDiff(d, reason)
-			return d, nil
-		}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.isClosed() {
+		return Diff{}, errors.New("reload: supervisor closed")
 	}
-	s.reloadFailedLocked(err)
-	return Diff{}, err
+	st, err := config.Load(s.stackFile, s.opts.LoadOptions...)
+	if err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return Diff{}, errors.New("reload: supervisor closed")
+		}
+		s.reloadFailedLocked(err)
+		return Diff{}, err
+	}
+	return s.apply(ctx, st, reason)
 }
 
 // Apply applies an already loaded stack, like Reload does after reading the
 // file.
 func (s *Supervisor) Apply(ctx context.Context, st *config.Stack) (Diff, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.isClosed() {
 		return Diff{}, errors.New("apply stack: supervisor closed")
 	}
-	d, err := s.applyLocked(ctx, st)
+	return s.apply(ctx, st, "apply")
+}
+
+func (s *Supervisor) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// apply plans the change under s.mu, opens the stores it needs without
+// s.mu, and commits under s.mu only when every open worked, so a failed
+// reload leaves the old stack fully served. The caller holds reloadMu: the
+// set of stores cannot change in between, except by Close, which apply
+// checks for before committing.
+func (s *Supervisor) apply(ctx context.Context, st *config.Stack, reason string) (Diff, error) {
+	s.mu.Lock()
+	d, toOpen, err := s.planLocked(st)
+	s.mu.Unlock()
+	var opened []*store
+	if err == nil {
+		opened, err = openStores(ctx, st, toOpen, s.log)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeAll(opened, s.log)
+		return Diff{}, errors.New("reload: supervisor closed")
+	}
 	if err != nil {
 		s.reloadFailedLocked(err)
+		s.mu.Unlock()
 		return Diff{}, err
 	}
-	s.logDiff(d, "apply")
+	retired := s.commitLocked(st, d, opened)
+	s.logDiff(d, reason)
+	s.mu.Unlock()
+	// Out of s.mu too: closing a store checkpoints its file. The retired
+	// stores are no longer in s.stores, so nothing else reaches them.
+	closeAll(retired, s.log)
 	return d, nil
 }
 
@@ -119,16 +159,19 @@ func needsReopen(a, b config.Binding) bool {
 	return a.Type != b.Type || a.Path != b.Path || a.Durability != b.Durability
 }
 
-// applyLocked opens what the new stack needs first and commits only when
-// every open worked, so a failed reload leaves the old stack fully served.
-func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, error) {
+// planLocked compares st with the stack being served: what changes, and
+// the bindings whose stores must be opened.
+func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error) {
 	var d Diff
 	if st.DataDir != s.dataDir {
-		return d, fmt.Errorf("dataDir changed from %s to %s: %w", s.dataDir, st.DataDir, ErrNeedsRestart)
+		return d, nil, fmt.Errorf("dataDir changed from %s to %s: %w", s.dataDir, st.DataDir, ErrNeedsRestart)
 	}
 	old := s.stack
 	if st.Notify != old.Notify {
 		s.log.Warn("notify settings changed; they apply after a restart of localcloud up", "url", s.nats.URL())
+	}
+	if st.Explorer != old.Explorer {
+		s.log.Warn("explorer settings changed; they apply after a restart of localcloud up", "url", s.opts.ExplorerURL)
 	}
 	var toOpen []config.Binding
 	for _, b := range st.Bindings {
@@ -152,11 +195,13 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	}
 	slices.Sort(d.Removed)
 	d.Renamed = st.Name != old.Name
+	return d, toOpen, nil
+}
 
-	opened, err := openStores(ctx, toOpen, s.log)
-	if err != nil {
-		return Diff{}, err
-	}
+// commitLocked switches to st: takes the opened stores, drops the removed
+// and replaced ones (their hints stopped) and records the new stack. It
+// returns the dropped stores for the caller to close once s.mu is released.
+func (s *Supervisor) commitLocked(st *config.Stack, d Diff, opened []*store) (retired []*store) {
 	// Hints stop before a handle closes (the source holds one of its
 	// connections). A new stack name changes every subject.
 	if d.Renamed {
@@ -166,13 +211,13 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	}
 	for _, n := range d.Removed {
 		s.unwatchLocked(n)
-		s.stores[n].close(s.log)
+		retired = append(retired, s.stores[n])
 		delete(s.stores, n)
 	}
 	for _, x := range opened {
 		if cur, ok := s.stores[x.cfg.Name]; ok {
 			s.unwatchLocked(x.cfg.Name)
-			cur.close(s.log)
+			retired = append(retired, cur)
 		}
 		s.stores[x.cfg.Name] = x
 	}
@@ -193,5 +238,12 @@ func (s *Supervisor) applyLocked(ctx context.Context, st *config.Stack) (Diff, e
 	s.reloadErr = ""
 	s.checkHealthLocked(false)
 	_ = s.writeRuntimeLocked()
-	return d, nil
+	return retired
+}
+
+// closeAll closes the handles of stores that nothing else reaches any more.
+func closeAll(stores []*store, log *slog.Logger) {
+	for _, x := range stores {
+		x.close(log)
+	}
 }

@@ -3,9 +3,11 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -27,6 +29,9 @@ type store struct {
 	// number of pages.
 	pageSize int64
 	health   string
+	// moves is the unfinished moves out of the store that up left in
+	// place, read at the open (MoveProblems); "" if none.
+	moves string
 }
 
 // dbFile returns the database file of a binding.
@@ -38,8 +43,11 @@ func dbFile(b config.Binding) string {
 }
 
 // openStore opens or creates the store of b: directory 0700, file 0600,
-// format marker checked. A store of another format is left untouched.
-func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store, error) {
+// format marker checked. A store of another format is left untouched. A
+// queue is opened with the stack's rules for moves (QueueOptions), so its
+// open finishes the moves a killed process left toward destinations the
+// stack names, and leaves the others, which its health then reports.
+func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slog.Logger) (*store, error) {
 	d, err := bindings.ParseDurability(b.Durability)
 	if err != nil {
 		return nil, fmt.Errorf("open binding %s: %w", b.Name, err)
@@ -50,7 +58,7 @@ func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store,
 	case config.TypeKV:
 		s.kv, err = kv.Open(ctx, b.Path, kv.WithDurability(d), kv.WithLogger(l))
 	case config.TypeQueue:
-		opts := []queue.Option{queue.WithDurability(d), queue.WithLogger(l)}
+		opts := append([]queue.Option{queue.WithDurability(d), queue.WithLogger(l), queue.WithBindingName(b.Name)}, QueueOptions(st, b)...)
 		if b.VisibilityTimeout > 0 {
 			opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
 		}
@@ -69,9 +77,20 @@ func openStore(ctx context.Context, b config.Binding, log *slog.Logger) (*store,
 	}
 	s.dirID, s.fileID = idOf(di), idOf(fi)
 	if s.kv != nil {
-		s.pageSize = s.kv.DB().PageSize
+		s.pageSize = admin.KVDB(s.kv).PageSize
 	} else {
-		s.pageSize = s.queue.DB().PageSize
+		eq, err := admin.Queue(s.queue)
+		if err != nil {
+			s.closeHandle()
+			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)
+		}
+		s.pageSize = eq.DB().PageSize
+		refs, err := eq.References(ctx)
+		if err != nil {
+			s.closeHandle()
+			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)
+		}
+		s.moves = strings.Join(MoveProblems(st, b, refs), "; ")
 	}
 	return s, nil
 }
@@ -130,7 +149,7 @@ const openParallel = 16
 
 // openStores opens the stores of bs in parallel. On any failure it closes
 // what it opened and returns every error.
-func openStores(ctx context.Context, bs []config.Binding, log *slog.Logger) ([]*store, error) {
+func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log *slog.Logger) ([]*store, error) {
 	out := make([]*store, len(bs))
 	errs := make([]error, len(bs))
 	sem := make(chan struct{}, openParallel)
@@ -141,7 +160,7 @@ func openStores(ctx context.Context, bs []config.Binding, log *slog.Logger) ([]*
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i], errs[i] = openStore(ctx, b, log)
+			out[i], errs[i] = openStore(ctx, st, b, log)
 		}()
 	}
 	wg.Wait()

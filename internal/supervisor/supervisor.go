@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"log/slog"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/notify"
 )
 
 // Defaults of Options.
@@ -53,6 +57,9 @@ type Options struct {
 	ReloadDebounce time.Duration
 	// NoWatch turns the stack file watcher off (SIGHUP still reloads).
 	NoWatch bool
+	// ExplorerURL is the address of the web explorer up serves, written
+	// into runtime.json as explorerUrl; "" when it is off.
+	ExplorerURL string
 }
 
 // Supervisor is a running up. Create it with Start; stop it with Close.
@@ -62,12 +69,16 @@ type Supervisor struct {
 	dataDir   string
 	stackFile string
 	lock      *ownerLock
-	nats      *notify.Server
+	nats      *hintserver.Server
 	hints     *hints // nil when up's hints could not start (logged)
 	pid       int
 	startedAt time.Time
 
-	mu           sync.Mutex // guards everything below and serialises reloads and health checks
+	// reloadMu serialises Reload and Apply, which read files (the stack
+	// file, the stores they open) without holding mu.
+	reloadMu sync.Mutex
+
+	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
 	stores       map[string]*store
 	health       string // the owner lock's
@@ -110,7 +121,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		health:    HealthOK,
 	}
 	// A taken NATS port fails the start before anything is created.
-	if err := notify.CheckListen(st.Notify.Listen); err != nil {
+	if err := hintserver.CheckListen(st.Notify.Listen); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(st.DataDir, 0o700); err != nil {
@@ -125,19 +136,19 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 
 	// NATS takes ~30 ms to listen; open the stores meanwhile.
 	type natsResult struct {
-		srv *notify.Server
+		srv *hintserver.Server
 		err error
 	}
 	natsDone := make(chan natsResult, 1)
 	go func() {
-		srv, err := notify.StartServer(ctx, notify.ServerOptions{
+		srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{
 			Listen: st.Notify.Listen,
 			Token:  st.Notify.Token,
 			Logger: opts.NATSLogger,
 		})
 		natsDone <- natsResult{srv, err}
 	}()
-	stores, storeErr := openStores(ctx, st.Bindings, s.log)
+	stores, storeErr := openStores(ctx, st, st.Bindings, s.log)
 	nr := <-natsDone
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
@@ -217,6 +228,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		PID:             s.pid,
 		StartedAt:       s.startedAt,
 		NATSURL:         s.nats.URL(),
+		ExplorerURL:     s.opts.ExplorerURL,
 		Stack:           s.stack.Name,
 		StackFile:       s.stackFile,
 		DataDir:         s.dataDir,
@@ -263,6 +275,35 @@ func (s *Supervisor) writeRuntimeLocked() error {
 	}
 	return err
 }
+
+// KV returns the open handle of the KV binding called name. A reload may
+// close it at any time; an operation on a closed handle fails with an
+// error and changes nothing.
+func (s *Supervisor) KV(name string) (*kv.Store, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.stores[name]
+	if x == nil || x.kv == nil {
+		return nil, false
+	}
+	return x.kv, true
+}
+
+// Queue returns the open handle of the queue binding called name, with the
+// same caveat as KV.
+func (s *Supervisor) Queue(name string) (*queue.Queue, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.stores[name]
+	if x == nil || x.queue == nil {
+		return nil, false
+	}
+	return x.queue, true
+}
+
+// Connect opens a client connection to the embedded NATS server, in
+// process; the caller closes it (it cannot outlive Close).
+func (s *Supervisor) Connect() (*nats.Conn, error) { return s.nats.Connect() }
 
 // Bindings returns the names of the bindings being served, sorted.
 func (s *Supervisor) Bindings() []string {

@@ -9,7 +9,7 @@ import (
 
 // CompileSchema compiles the JSON schema in the file at path, asserting
 // formats, with no network access (the schema must be bundled). Tests use it
-// for the official AsyncAPI 3.0.0 schema kept in notify/testdata.
+// for the official AsyncAPI 3.0.0 schema kept in internal/asyncapi/testdata.
 func CompileSchema(path string) (*jsonschema.Schema, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -1,0 +1,45 @@
+package queue
+
+import (
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// Test-only bridges for the external tests in package queue_test to the
+// SQLite engine under a handle.
+
+func engineOf(q *Queue) *sqlitequeue.Queue { return q.drv.(*sqlitequeue.Queue) }
+
+// ExportSetMaxMovesPerClaim sets the cap of dead letters one claim starts.
+// For the crash test's helper process only: it is not safe while handles
+// are in use.
+func ExportSetMaxMovesPerClaim(n int) { sqlitequeue.SetMaxMovesPerClaim(n) }
+
+// ExportParseReceipt and ExportFormatReceipt are the receipt handle codec,
+// for the fuzz tests.
+var (
+	ExportParseReceipt  = sqlitequeue.ParseReceiptParts
+	ExportFormatReceipt = sqlitequeue.FormatReceipt
+)
+
+// ExportStmtDue is the receive select, for the query-plan test.
+const ExportStmtDue = sqlitequeue.StmtDue
+
+// ExportStmtClaimOne is the one-statement claim of Receive(1).
+const ExportStmtClaimOne = sqlitequeue.StmtClaimOne
+
+// ExportWithoutLocalWake stops a handle's Send and Nack from waking waiters
+// of this process directly, so only NATS hints and polls wake them: the path
+// a consumer in another process takes.
+func ExportWithoutLocalWake() Option { return func(o *options) { o.wake.noLocalWake = true } }
+
+// ExportHintWakes returns how many hints (and reconnections) the handle's
+// shared subscription has seen, making the subscription if needed.
+func ExportHintWakes(q *Queue) uint64 { return engineOf(q).HintWakes() }
+
+// ExportWaiting returns how many ReceiveWait and Consume goroutines of the
+// handle are blocked waiting for a wake-up.
+func ExportWaiting(q *Queue) int { return int(q.waiting.Load()) }
+
+// ExportHintStats returns the counters of the handle's shared publisher.
+func ExportHintStats(q *Queue) notify.PublisherStats { return engineOf(q).HintStats() }
