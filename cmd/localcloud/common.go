@@ -391,7 +391,7 @@ func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 				break
 			}
 		}
-		return nil, &hintError{err: fmt.Errorf("stack file %s is a directory", path), try: try}
+		return nil, &hintError{err: fmt.Errorf("stack file %s is a directory, not a regular file", path), try: try}
 	}
 	st, err := config.Load(path, a.loadOptions()...)
 	var nr *config.NotRegularError
