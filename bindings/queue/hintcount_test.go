@@ -90,6 +90,10 @@ func (r *hcRig) run(t testing.TB, n int, lib func(i int) bool) []int {
 	commits := make([]time.Time, n)
 	for i := range n {
 		commits[i] = r.send(t, lib(i), i)
+		// The first hint after the commit, however late a loaded machine
+		// makes it (else it would be counted for the next commit), then
+		// the gap, in which a second hint for the same commit would come.
+		r.waitHintAfter(commits[i])
 		time.Sleep(hcGap)
 	}
 	time.Sleep(hcGap) // the hints of the last commit
@@ -105,6 +109,19 @@ func (r *hcRig) run(t testing.TB, n int, lib func(i int) bool) []int {
 		}
 	}
 	return per
+}
+
+// waitHintAfter waits up to hwTimeout for a hint that arrived at or after
+// at; a commit that gets none is reported by the caller's count.
+func (r *hcRig) waitHintAfter(at time.Time) {
+	for deadline := time.Now().Add(hwTimeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		got := len(r.hints) > 0 && !r.hints[len(r.hints)-1].Before(at)
+		r.mu.Unlock()
+		if got {
+			return
+		}
+	}
 }
 
 // TestOneHintPerPacedLibrarySend: with `up`'s hint source watching the
