@@ -25,11 +25,19 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	if r.listenNode != nil {
 		s.Notify.Listen = r.listen
 		p.checkListen(r.listenNode, r.listen, r.token)
+	} else {
+		s.Defaulted = append(s.Defaulted, "notify.listen")
+	}
+	if r.dataDirNode == nil && p.dataDir == "" {
+		s.Defaulted = append(s.Defaulted, "dataDir")
 	}
 
 	s.Explorer = r.explorer
 	if s.Explorer.Listen == "" {
 		s.Explorer.Listen = DefaultExplorerListen
+		if s.Explorer.Enabled {
+			s.Defaulted = append(s.Defaulted, "explorer.listen")
+		}
 	}
 	if r.explorerNode != nil {
 		p.checkExplorerListen(r.explorerNode, s.Explorer.Listen)
@@ -57,6 +65,9 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	s.Bindings = make([]Binding, 0, len(r.bindings))
 	for _, rb := range r.bindings {
 		s.Bindings = append(s.Bindings, rb.b)
+		for _, d := range rb.defaulted {
+			s.Defaulted = append(s.Defaulted, bindingField(rb.b.Name, d))
+		}
 	}
 	sort.Slice(s.Bindings, func(i, j int) bool { return s.Bindings[i].Name < s.Bindings[j].Name })
 	return s
@@ -140,6 +151,7 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 	b := &rb.b
 	if b.Durability == "" {
 		b.Durability = DefaultDurability
+		rb.defaulted = append(rb.defaulted, "durability")
 	}
 	if !rb.typeOK {
 		return
@@ -158,6 +170,7 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 	}
 	if rb.vtNode == nil {
 		b.VisibilityTimeout = DefaultVisibilityTimeout
+		rb.defaulted = append(rb.defaulted, "visibilityTimeout")
 	}
 	if rb.maNode != nil && rb.dlNode == nil {
 		attempts := "maxAttempts"
@@ -264,6 +277,9 @@ func (p *parser) checkDataDir(s *Stack, r *rawStack) (string, bool) {
 	if n == nil {
 		v = DefaultDataDir
 	}
+	if p.dataDir != "" {
+		n, v = nil, p.dataDir
+	}
 	switch {
 	case v == "":
 		p.addf(n, field, "must not be empty; leave it out for %s", DefaultDataDir)
@@ -303,6 +319,7 @@ func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, b
 		}
 		n, v = rb.key, filepath.Join(string(b.Type), b.Name)
 		what = "default path " + v
+		rb.defaulted = append(rb.defaulted, "path")
 	}
 	switch {
 	case v == "":

@@ -2,8 +2,10 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,9 @@ const (
 	// DefaultStackFile is the stack file used when neither a flag nor
 	// $LOCALCLOUD_STACK names one.
 	DefaultStackFile = "stack.yaml"
+	// AltStackFile is read instead of [DefaultStackFile] when only it
+	// exists in the working directory.
+	AltStackFile = "stack.yml"
 	// DefaultDataDir is the folder, relative to the stack file's folder, that
 	// holds one store directory per binding.
 	DefaultDataDir = ".localcloud"
@@ -105,6 +110,12 @@ type Stack struct {
 	Explorer Explorer
 	// Bindings lists the bindings sorted by name.
 	Bindings []Binding
+	// Defaulted lists the fields the file left out and that took their
+	// default, as field paths: "dataDir", "notify.listen", "explorer.listen",
+	// "bindings.orders.visibilityTimeout", "bindings.carts.durability",
+	// "bindings.carts.path". A dataDir replaced with [WithDataDir] is not
+	// listed.
+	Defaulted []string
 }
 
 // Notify configures the embedded NATS server that carries wake-up hints.
@@ -191,14 +202,20 @@ func EnvName(binding string) string {
 }
 
 // DefaultFile returns the stack file to read when no flag names one: the value
-// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile]. getenv
-// is usually [os.Getenv]; nil means os.Getenv.
+// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile], or
+// [AltStackFile] when only that one exists. getenv is usually [os.Getenv];
+// nil means os.Getenv.
 func DefaultFile(getenv func(string) string) string {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	if f := getenv(EnvStackFile); f != "" {
 		return f
+	}
+	if _, err := os.Stat(DefaultStackFile); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(AltStackFile); err == nil {
+			return AltStackFile
+		}
 	}
 	return DefaultStackFile
 }
@@ -208,6 +225,7 @@ type Option func(*options)
 
 type options struct {
 	lookupEnv func(string) (string, bool)
+	dataDir   string
 }
 
 // WithLookupEnv sets the function that resolves ${NAME} in values. It
@@ -215,6 +233,14 @@ type options struct {
 // touch the process environment.
 func WithLookupEnv(lookup func(name string) (value string, ok bool)) Option {
 	return func(o *options) { o.lookupEnv = lookup }
+}
+
+// WithDataDir replaces the stack file's dataDir (or its default) with dir,
+// made absolute against the working directory; binding paths relative to
+// dataDir follow it. localcloudtest gives each test its own data dir this
+// way. An empty dir changes nothing.
+func WithDataDir(dir string) Option {
+	return func(o *options) { o.dataDir = dir }
 }
 
 // Load reads and checks the stack file at path. Relative paths in it are
@@ -300,6 +326,13 @@ func parse(data []byte, display, abs, dir string, opts []Option) (*Stack, error)
 		o.lookupEnv = os.LookupEnv
 	}
 	p := &parser{file: display, lookup: o.lookupEnv}
+	if o.dataDir != "" {
+		d, err := filepath.Abs(o.dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("parse stack file %s: resolve data dir %q: %w", displayName(display), o.dataDir, err)
+		}
+		p.dataDir = d
+	}
 	s := p.run(data, dir)
 	if len(p.probs) > 0 {
 		return nil, newErrors(p.probs)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -598,4 +599,71 @@ bindings:
 	// Output:
 	// stack.yaml:6:24: bindings.orders.visibilityTimeout: must be a duration between 1s and 12h, got "3 parsecs"
 	// stack.yaml:7:18: bindings.orders.maxAttempts: requires deadLetter: nothing is ever dropped, so set deadLetter to the queue binding that receives a message after 5 failed attempts
+}
+
+func TestLoadWithDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "stack.yaml")
+	src := "version: 1\nname: shop\ndataDir: data\nbindings:\n  carts:\n    type: kv\n  orders:\n    type: queue\n    path: q/orders\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "elsewhere")
+	s, err := config.Load(file, config.WithLookupEnv(noEnv), config.WithDataDir(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DataDir != other {
+		t.Errorf("DataDir = %q, want %q", s.DataDir, other)
+	}
+	if want := filepath.Join(other, "kv", "carts"); binding(t, s, "carts").Path != want {
+		t.Errorf("carts.Path = %q, want %q", binding(t, s, "carts").Path, want)
+	}
+	if want := filepath.Join(other, "q", "orders"); binding(t, s, "orders").Path != want {
+		t.Errorf("orders.Path = %q, want %q", binding(t, s, "orders").Path, want)
+	}
+}
+
+// TestDefaultFileFindsStackYml: stack.yml is read when stack.yaml is absent;
+// with both, stack.yaml wins. (Not parallel: it changes the working dir.)
+func TestDefaultFileFindsStackYml(t *testing.T) {
+	t.Chdir(t.TempDir())
+	noVar := func(string) string { return "" }
+	if got := config.DefaultFile(noVar); got != "stack.yaml" {
+		t.Errorf("DefaultFile in an empty folder = %q, want stack.yaml", got)
+	}
+	if err := os.WriteFile("stack.yml", []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := config.DefaultFile(noVar); got != "stack.yml" {
+		t.Errorf("DefaultFile with only stack.yml = %q, want stack.yml", got)
+	}
+	if err := os.WriteFile("stack.yaml", []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := config.DefaultFile(noVar); got != "stack.yaml" {
+		t.Errorf("DefaultFile with both = %q, want stack.yaml", got)
+	}
+}
+
+// TestDefaulted lists exactly the defaults the file did not override.
+func TestDefaulted(t *testing.T) {
+	t.Parallel()
+	src := "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n" +
+		"  carts:\n    type: kv\n    durability: full\n" +
+		"  orders:\n    type: queue\n    path: q/orders\n" +
+		"  emails:\n    type: queue\n    visibilityTimeout: 1m\n    durability: normal\n"
+	s, err := config.Parse(strings.NewReader(src), "", t.TempDir(), config.WithLookupEnv(noEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"dataDir", "explorer.listen", "bindings.carts.path", "bindings.emails.path",
+		"bindings.orders.durability", "bindings.orders.visibilityTimeout"}
+	got := append([]string(nil), s.Defaulted...)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("Defaulted = %q, want %q", got, want)
+	}
 }

@@ -27,9 +27,10 @@ var (
 
 // parser walks the YAML node tree and collects every problem it meets.
 type parser struct {
-	file   string
-	lookup func(string) (string, bool)
-	probs  []Problem
+	file    string
+	lookup  func(string) (string, bool)
+	dataDir string // WithDataDir's folder, "" for the file's dataDir
+	probs   []Problem
 }
 
 // rawStack is what the walk found, with the nodes kept for positions.
@@ -53,6 +54,8 @@ type rawBinding struct {
 	key    *yaml.Node // the binding's name, for positions
 	typeOK bool       // Type is kv or queue
 	nameOK bool       // Name matches nameRE
+	// defaulted lists the fields that took their default (Stack.Defaulted).
+	defaulted []string
 
 	path     string     // as given, expanded; "" for the default
 	pathNode *yaml.Node // nil for the default

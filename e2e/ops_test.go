@@ -218,8 +218,9 @@ func TestStoreCommandsWithAndWithoutUp(t *testing.T) {
 				value[i] = byte(rand.IntN(256))
 			}
 			copy(value, "\x00\r\n\xff-")
-			if out := lcOK(t, value, append([]string{"kv", "put", "carts", "blob:1", "-"}, f...)...); !strings.Contains(out, "24576 bytes") {
-				t.Errorf("put: %q", out)
+			// The confirmation goes to stderr, stdout stays empty.
+			if code, out, stderr := lc(t, value, append([]string{"kv", "put", "carts", "blob:1", "-"}, f...)...); code != 0 || out != "" || !strings.Contains(stderr, "24576 bytes") {
+				t.Errorf("put: exit %d, stdout %q, stderr %q", code, out, stderr)
 			}
 			if got := run("kv", "get", "carts", "blob:1"); got != string(value) {
 				t.Fatalf("binary value changed: got %d bytes, want %d (equal %v)", len(got), len(value), got == string(value))

@@ -102,14 +102,17 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	nc.Close()
 
 	out := p.stdout.String()
-	for _, w := range []string{"bindings (5):", outside, "visibilityTimeout=45s maxAttempts=5 deadLetter=orders-dlq", "defaults in force", rt.NATSURL} {
+	for _, w := range []string{"bindings (5):", outside, "visibilityTimeout=45s maxAttempts=5 deadLetter=orders-dlq", rt.NATSURL,
+		// Only the defaults this file left out: it sets notify.listen.
+		"defaults applied: dataDir .localcloud; durability normal (audit, carts, orders, orders-dlq); " +
+			"path <dataDir>/<type>/<name> (carts, orders-dlq, sessions); visibilityTimeout 30s (orders-dlq)\n"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("summary lacks %q:\n%s", w, out)
 		}
 	}
 
 	st := s.status(t)
-	if !st.Running || st.PID != p.pid() || st.NATSURL != rt.NATSURL || len(st.Bindings) != 5 {
+	if !st.Running || st.PID != p.pid() || st.NATSURL != rt.NATSURL || len(st.Bindings) != 5 || st.Code != 0 {
 		t.Errorf("status = %+v", st)
 	}
 
@@ -123,8 +126,8 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	if exists(filepath.Join(s.dataDir(), "runtime.json")) {
 		t.Error("runtime.json left after SIGTERM")
 	}
-	if st := s.status(t); st.Running {
-		t.Error("status says up runs after it stopped")
+	if st := s.status(t); st.Running || st.Code != 1 {
+		t.Errorf("status after up stopped: running %v, exit %d; want not running, exit 1", st.Running, st.Code)
 	}
 	if !exists(filepath.Join(outside, kv.FileName)) {
 		t.Error("stores must stay after up stops")
@@ -370,6 +373,11 @@ func TestTakenPortIsAClearError(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", w, stderr)
 		}
 	}
+	// Nothing was created: the port is checked before the data dir and
+	// the stores.
+	if exists(s.dataDir()) {
+		t.Errorf("the failed up created %s", s.dataDir())
+	}
 	if st := s.status(t); st.Running {
 		t.Error("the failed up still holds the lock")
 	}
@@ -408,10 +416,17 @@ func TestHealthProblemsAreReportedNotRepaired(t *testing.T) {
 	p.waitLine(mark, eventTimeout, "msg=\"binding unhealthy\"", "binding=orders", "database file replaced")
 
 	st := s.status(t)
-	for name, w := range map[string]string{"carts": "store directory deleted", "loose": "has mode 0775: group or others can write it", "orders": "database file replaced"} {
-		if h := st.binding(name).Health; !strings.Contains(h, w) {
-			t.Errorf("status health of %s = %q, want %q", name, h, w)
+	for name, w := range map[string][2]string{
+		"carts":  {"missing", "store directory deleted"},
+		"loose":  {"loose-modes", "has mode 0775: group or others can write it"},
+		"orders": {"replaced", "database file replaced"},
+	} {
+		if b := st.binding(name); b.Health != w[0] || !strings.Contains(b.HealthMessage, w[1]) {
+			t.Errorf("status health of %s = %q (%q), want %q (%q)", name, b.Health, b.HealthMessage, w[0], w[1])
 		}
+	}
+	if st.Code != 1 {
+		t.Errorf("status with unhealthy bindings exited %d, want 1", st.Code)
 	}
 	if exists(carts) {
 		t.Error("up recreated the deleted store directory")

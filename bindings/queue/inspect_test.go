@@ -74,3 +74,35 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		t.Errorf("receive after peek: %+v %v", got, err)
 	}
 }
+
+// TestStatsCountsDelayedApartFromInFlight: a message sent with a delay is
+// counted in Delayed; a nacked one backing off is not.
+func TestStatsCountsDelayedApartFromInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := queue.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, opts := range [][]queue.SendOption{nil, {queue.WithDelay(time.Hour)}, nil} {
+		if err := q.Send(ctx, queue.Text("m"), opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := q.Receive(ctx, 2, queue.WithVisibility(time.Minute))
+	if err != nil || len(got) != 2 {
+		t.Fatalf("receive: %v %d", err, len(got))
+	}
+	if err := q.Nack(ctx, got[1].ReceiptHandle, queue.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// InFlight counts every message not due (Delayed among them).
+	if st.Total != 3 || st.Due != 0 || st.Delayed != 1 || st.InFlight != 3 {
+		t.Errorf("stats = %+v; want total 3, due 0, in flight 3 of which delayed 1", st)
+	}
+}

@@ -15,25 +15,29 @@ type asyncapiCommand struct {
 	app *app
 }
 
-func (c *asyncapiCommand) flags() (fs *flag.FlagSet, file, format *string) {
+func (c *asyncapiCommand) flags() (fs *flag.FlagSet, file, format *string, asJSON *bool) {
 	fs = newFlagSet("asyncapi")
 	file = stackFlag(fs)
 	format = fs.String("format", string(asyncapi.FormatJSON), "output `FORMAT`: json or yaml")
-	return fs, file, format
+	asJSON = fs.Bool("json", false, "print the document as JSON (the default; the same as --format json)")
+	return fs, file, format, asJSON
 }
 
 func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
-	fs, file, format := c.flags()
+	fs, file, format, asJSON := c.flags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	f := asyncapi.Format(*format)
-	if f != asyncapi.FormatJSON && f != asyncapi.FormatYAML {
-		return &usageError{msg: fmt.Sprintf("-format must be json or yaml, got %q", *format), try: "localcloud asyncapi --format yaml"}
+	if *format != string(asyncapi.FormatJSON) && *format != string(asyncapi.FormatYAML) {
+		return &usageError{msg: fmt.Sprintf("--format must be json or yaml, got %q", *format), try: "localcloud asyncapi --format yaml"}
 	}
+	if *asJSON && *format != string(asyncapi.FormatJSON) {
+		return &usageError{msg: fmt.Sprintf("--json and --format %s contradict each other", *format), try: "localcloud asyncapi --json"}
+	}
+	f := asyncapi.Format(*format)
 	st, err := c.app.loadStack(*file)
 	if err != nil {
 		return err
@@ -60,11 +64,11 @@ func asyncAPIInput(st *config.Stack, f asyncapi.Format) asyncapi.Input {
 }
 
 func (c *asyncapiCommand) Usage() {
-	fs, _, _ := c.flags()
+	fs, _, _, _ := c.flags()
 	fmt.Fprint(c.app.stdout, `Print the AsyncAPI 3.0.0 document of a stack's wake-up hints.
 
 Usage:
-  localcloud asyncapi [-f FILE] [--format json|yaml]
+  localcloud asyncapi [-f FILE] [--json | --format json|yaml]
 
 The document has one channel per queue binding, with the address
 localcloud.<stack>.<binding>.available, the JSON schema of the hint payload

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // checkCommand verifies stores read-only.

@@ -10,9 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/localcloud/localcloud/config"
 )
@@ -64,31 +68,60 @@ type command interface {
 	Usage()
 }
 
-const usageText = `localcloud runs local KV stores and queues for development.
+// commandList is every command with its one-line summary, in the order
+// the top-level help, the README table and the shell completions list them.
+var commandList = []struct{ name, summary string }{
+	{"init", "write a commented starter stack.yaml"},
+	{"up", "provision a stack's stores and serve them until stopped"},
+	{"validate", "check a stack file and list its bindings"},
+	{"env", "print the environment an app needs to find its bindings"},
+	{"run", "run a command with that environment"},
+	{"status", "show whether up runs and the state of each binding"},
+	{"kv", "get, put, delete, exists, scan the keys of a KV binding"},
+	{"queue", "send, receive, ack, nack, extend, purge, peek, stats, tail, redrive a queue"},
+	{"check", "verify every store read-only: marker, schema, integrity, modes"},
+	{"backup", "write a verified online snapshot of a binding's store"},
+	{"restore", "replace a binding's store with a backup (up must be stopped)"},
+	{"bench", "measure KV and queue throughput and latency on a temporary store"},
+	{"asyncapi", "print the AsyncAPI 3.0.0 document of the stack's hint channels"},
+	{"completion", "print a bash, zsh or fish completion script"},
+	{"version", "print localcloud's version and build"},
+}
+
+// Subcommands of kv and queue, for help and completion.
+var (
+	kvSubcommands    = []string{"get", "put", "delete", "exists", "scan"}
+	queueSubcommands = []string{"send", "receive", "ack", "nack", "extend", "purge", "peek", "stats", "tail", "redrive"}
+)
+
+// usageText is the top-level help.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString(`localcloud runs local KV stores and queues for development.
 
 Usage:
   localcloud <command> [flags]
 
 Commands:
-  up        provision a stack's stores and serve them until stopped
-  validate  check a stack file and list its bindings
-  env       print the environment an app needs to find its bindings
-  run       run a command with that environment
-  status    show whether up runs and the state of each binding
-  kv        get, put, delete, exists, scan the keys of a KV binding
-  queue     send, receive, ack, nack, purge, peek, stats a queue binding
-  check     verify every store read-only: marker, schema, integrity, modes
-  backup    write a verified online snapshot of a binding's store
-  restore   replace a binding's store with a backup (up must be stopped)
-  bench     measure KV and queue throughput and latency on a temporary store
-  asyncapi  print the AsyncAPI 3.0.0 document of the stack's hint channels
+`)
+	for _, c := range commandList {
+		fmt.Fprintf(&b, "  %-10s  %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
+Every command reads the stack file named by -f FILE (or --file FILE), else
+$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml).
 
-Every command reads the stack file named by -f FILE, else $LOCALCLOUD_STACK,
-else ./stack.yaml.
+Examples:
+  localcloud init && localcloud up
+  localcloud run -- go run ./cmd/myapp
+  localcloud queue peek orders --json
 
-Run "localcloud <command> -h" for a command's flags.
+Run "localcloud <command> -h" for a command's flags and examples;
+"localcloud --version" prints the version.
 Exit codes: 0 success, 1 failure, 2 usage mistake; run passes its command's on.
-`
+`)
+	return b.String()
+}
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -97,18 +130,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func (a *app) commands() map[string]command {
 	return map[string]command{
-		"up":       &upCommand{app: a},
-		"validate": &validateCommand{app: a},
-		"env":      &envCommand{app: a},
-		"run":      &runCommand{app: a},
-		"status":   &statusCommand{app: a},
-		"kv":       &kvCommand{app: a},
-		"queue":    &queueCommand{app: a},
-		"check":    &checkCommand{app: a},
-		"backup":   &backupCommand{app: a},
-		"restore":  &restoreCommand{app: a},
-		"bench":    &benchCommand{app: a},
-		"asyncapi": &asyncapiCommand{app: a},
+		"up":         &upCommand{app: a},
+		"validate":   &validateCommand{app: a},
+		"env":        &envCommand{app: a},
+		"run":        &runCommand{app: a},
+		"status":     &statusCommand{app: a},
+		"kv":         &kvCommand{app: a},
+		"queue":      &queueCommand{app: a},
+		"check":      &checkCommand{app: a},
+		"backup":     &backupCommand{app: a},
+		"restore":    &restoreCommand{app: a},
+		"bench":      &benchCommand{app: a},
+		"asyncapi":   &asyncapiCommand{app: a},
+		"init":       &initCommand{app: a},
+		"version":    &versionCommand{app: a},
+		"completion": &completionCommand{app: a},
 		// Hidden: a load process of bench --processes.
 		benchWorkerName: &benchWorkerCommand{app: a},
 	}
@@ -116,10 +152,14 @@ func (a *app) commands() map[string]command {
 
 func (a *app) main(ctx context.Context, args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(a.stderr, usageText)
+		fmt.Fprint(a.stderr, usageText())
 		return exitUsage
 	}
 	name := args[0]
+	switch name {
+	case "--version", "-version", "-V":
+		name, args = "version", append([]string{"version"}, args[1:]...)
+	}
 	switch name {
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
@@ -128,7 +168,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 				return exitOK
 			}
 		}
-		fmt.Fprint(a.stdout, usageText)
+		fmt.Fprint(a.stdout, usageText())
 		return exitOK
 	}
 	c, ok := a.commands()[name]
@@ -235,13 +275,83 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 // parseFlags parses args; -h gives flag.ErrHelp (Usage, exit 0), a bad flag
-// a usage error.
+// a usage error in our words (flagError).
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
-	return &usageError{msg: err.Error(), try: fmt.Sprintf("localcloud %s -h", fs.Name())}
+	return &usageError{msg: flagError(fs, err), try: fmt.Sprintf("localcloud %s -h", fs.Name())}
+}
+
+// The messages of package flag that flagError rewords.
+var (
+	flagInvalidRE = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+): `)
+	flagMissingRE = regexp.MustCompile(`^flag needs an argument: -(.+)$`)
+	flagUnknownRE = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
+)
+
+// flagError says what is wrong with a flag as a user reads it:
+// `--ttl: "banana" is not a duration, e.g. 30s`.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := flagUnknownRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("unknown flag %s", flagName(m[1]))
+	}
+	if m := flagMissingRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s needs a value%s", flagName(m[1]), flagExample(fs, m[1], ", e.g. "))
+	}
+	if m := flagInvalidRE.FindStringSubmatch(msg); m != nil {
+		val, qerr := strconv.Unquote(m[1])
+		if qerr != nil {
+			val = m[1]
+		}
+		what := "is not a valid value"
+		if f := fs.Lookup(m[2]); f != nil {
+			if g, ok := f.Value.(flag.Getter); ok {
+				switch g.Get().(type) {
+				case time.Duration:
+					what = "is not a duration"
+				case int, int64, uint, uint64:
+					what = "is not a whole number"
+				case bool:
+					what = "is not true or false"
+				}
+			}
+		}
+		return fmt.Sprintf("%s: %q %s%s", flagName(m[2]), val, what, flagExample(fs, m[2], ", e.g. "))
+	}
+	return msg
+}
+
+// flagName writes a flag as help shows it: -f, --json.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// flagExample is sep plus an example value for the flag's type ("" when
+// there is none to give).
+func flagExample(fs *flag.FlagSet, name, sep string) string {
+	f := fs.Lookup(name)
+	if f == nil {
+		return ""
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return sep + "30s"
+	case int, int64, uint, uint64:
+		return sep + "10"
+	case bool:
+		return sep + "true"
+	}
+	return ""
 }
 
 // noArgs refuses positional arguments for commands that take none.
@@ -255,9 +365,11 @@ func noArgs(fs *flag.FlagSet) error {
 	}
 }
 
-// stackFlag adds the -f flag every command has.
+// stackFlag adds the -f flag every command has, and its long form --file.
 func stackFlag(fs *flag.FlagSet) *string {
-	return fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else ./stack.yaml)")
+	p := fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else ./stack.yaml or ./stack.yml)")
+	fs.StringVar(p, "file", "", "the same as -f")
+	return p
 }
 
 // stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml.
@@ -271,6 +383,16 @@ func (a *app) stackPath(flagValue string) string {
 // loadStack reads and checks the stack file named by -f (see stackPath).
 func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 	path := a.stackPath(flagValue)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		try := fmt.Sprintf("name the stack file, not its folder: -f %s", filepath.Join(path, config.DefaultStackFile))
+		for _, name := range []string{config.DefaultStackFile, config.AltStackFile} {
+			if fi, err := os.Stat(filepath.Join(path, name)); err == nil && !fi.IsDir() {
+				try = fmt.Sprintf("-f %s", filepath.Join(path, name))
+				break
+			}
+		}
+		return nil, &hintError{err: fmt.Errorf("stack file %s is a directory, not a regular file", path), try: try}
+	}
 	st, err := config.Load(path, a.loadOptions()...)
 	var nr *config.NotRegularError
 	if errors.As(err, &nr) {
@@ -289,11 +411,27 @@ func (a *app) loadOptions() []config.Option {
 	return []config.Option{config.WithLookupEnv(a.lookupEnv)}
 }
 
-// printDefaults prints a flag set's flags, as the Usage texts end with.
+// printDefaults prints a flag set's flags, as the Usage texts end with, in
+// one style: -f, --file FILE for the stack file, --name for the others.
 func printDefaults(w io.Writer, fs *flag.FlagSet) {
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "file" && fs.Lookup("f") != nil {
+			return // shown with -f
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		name := flagName(f.Name)
+		if f.Name == "f" && fs.Lookup("file") != nil {
+			name = "-f, --file"
+		}
+		if arg != "" {
+			name += " " + arg
+		}
+		fmt.Fprintf(w, "  %s\n    \t%s", name, usage)
+		if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "0s" {
+			fmt.Fprintf(w, " (default %s)", d)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 // lockedWriter serialises writes of several log handlers to one stream.
@@ -319,4 +457,21 @@ func (a *app) loggers(verbose bool) (log, natsLog *slog.Logger) {
 	log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	natsLog = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: natsLevel}))
 	return log, natsLog
+}
+
+// quantity gives "1 message", "2 messages", "0 messages"; words ending in s,
+// x or y take "es" or "ies" as in English ("1 entry", "2 entries").
+func quantity[N ~int | ~int64](n N, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	switch {
+	case strings.HasSuffix(word, "y") && !strings.HasSuffix(word, "ey"):
+		word = strings.TrimSuffix(word, "y") + "ies"
+	case strings.HasSuffix(word, "s"), strings.HasSuffix(word, "x"):
+		word += "es"
+	default:
+		word += "s"
+	}
+	return fmt.Sprintf("%d %s", n, word)
 }

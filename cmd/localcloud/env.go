@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
 	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // Variables of the app contract besides the per-binding ones
@@ -29,44 +25,44 @@ type envCommand struct {
 	app *app
 }
 
-func (c *envCommand) flags() (fs *flag.FlagSet, file, format *string) {
+func (c *envCommand) flags() (fs *flag.FlagSet, file, format *string, asJSON *bool) {
 	fs = newFlagSet("env")
 	file = stackFlag(fs)
 	format = fs.String("format", "sh", "output `FORMAT`: sh (export lines) or json (one object)")
-	return fs, file, format
+	asJSON = fs.Bool("json", false, "print one JSON object of NAME: VALUE (the same as --format json)")
+	return fs, file, format, asJSON
 }
 
 func (c *envCommand) Run(ctx context.Context, args []string) error {
-	fs, file, format := c.flags()
+	fs, file, format, asJSON := c.flags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *format != "sh" && *format != "json" {
-		return &usageError{msg: fmt.Sprintf("-format must be sh or json, got %q", *format), try: "localcloud env --format json"}
+	useJSON, err := jsonOrFormat(fs, *asJSON, *format, "sh")
+	if err != nil {
+		return err
 	}
 	vars, err := c.app.stackEnv(*file, "env")
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if useJSON {
 		m := make(map[string]string, len(vars))
 		for _, v := range vars {
-			m[v.name] = v.value
+			m[v.Name] = v.Value
 		}
 		return c.app.printJSON(m)
 	}
 	for _, v := range vars {
-		fmt.Fprintf(c.app.stdout, "export %s=%s\n", v.name, shQuote(v.value))
+		fmt.Fprintf(c.app.stdout, "export %s=%s\n", v.Name, shQuote(v.Value))
 	}
 	return nil
 }
 
-type envVar struct{ name, value string }
-
-func (v envVar) String() string { return v.name + "=" + v.value }
+type envVar = supervisor.EnvVar
 
 // stackEnv loads the stack file and returns the app's environment (appEnv),
 // printing its note, if any, on stderr as from localcloud cmd.
@@ -85,20 +81,19 @@ func (a *app) stackEnv(file, cmd string) ([]envVar, error) {
 	return vars, nil
 }
 
-// appEnv returns the variables of the app contract for st: the stack name,
-// the NATS URL (and token), and per binding LOCALCLOUD_BINDING_<NAME> with
-// the binding's JSON. The NATS URL comes from runtime.json while an up owns
-// the data dir; otherwise from notify.listen, and it is left out (note
+// appEnv returns the variables of the app contract for st
+// (supervisor.AppEnv). The NATS URL comes from runtime.json while an up
+// owns the data dir; otherwise from notify.listen, and it is left out (note
 // says so) when that port is 0, since only a running up knows the port.
 func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
-	vars = append(vars, envVar{envStackName, st.Name})
 	rt, running, err := supervisor.Probe(st.DataDir)
 	if err != nil {
 		return nil, "", err
 	}
+	var url string
 	switch {
 	case running && rt != nil:
-		vars = append(vars, envVar{envNATSURL, rt.NATSURL})
+		url = rt.NATSURL
 	case running:
 		note = "localcloud up is starting and has not published its NATS URL yet; " + envNATSURL + " is not set"
 	default:
@@ -107,58 +102,14 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 			note = "localcloud up is not running and notify.listen picks a free port, so " + envNATSURL +
 				" is not set; start localcloud up first for wake-up hints (the stores work without)"
 		} else {
-			vars = append(vars, envVar{envNATSURL, "nats://" + net.JoinHostPort(host, port)})
+			url = "nats://" + net.JoinHostPort(host, port)
+			note = fmt.Sprintf("localcloud up is not running, so nothing of this stack listens on the fixed NATS port %s "+
+				"(another program may); %s is set anyway and apps fall back to polling until up starts",
+				net.JoinHostPort(host, port), envNATSURL)
 		}
 	}
-	if st.Notify.Token != "" {
-		vars = append(vars, envVar{envNATSToken, st.Notify.Token})
-	}
-	for _, b := range st.Bindings {
-		var v any
-		switch b.Type {
-		case config.TypeKV:
-			v = kv.EnvBinding{Service: kv.Service, DataDir: b.Path, Durability: b.Durability}
-		case config.TypeQueue:
-			eb := queue.EnvBinding{
-				Service:           queue.Service,
-				QueuePath:         b.Path,
-				Subject:           config.Subject(st.Name, b.Name),
-				VisibilityTimeout: b.VisibilityTimeout.String(),
-				// The same in milliseconds, for apps in any language.
-				VisibilityTimeoutMs: ptrTo(b.VisibilityTimeout.Milliseconds()),
-				Durability:          b.Durability,
-			}
-			// The dead-letter policy travels with the binding so every
-			// process of the app enforces it (config checked deadLetter).
-			if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
-				eb.MaxAttempts = b.MaxAttempts
-				eb.DeadLetter = &queue.EnvDeadLetter{Binding: dl.Name, QueuePath: dl.Path}
-			}
-			v = eb
-		default:
-			continue
-		}
-		js, err := marshalCompact(v)
-		if err != nil {
-			return nil, "", fmt.Errorf("encode binding %s: %w", b.Name, err)
-		}
-		vars = append(vars, envVar{config.EnvName(b.Name), js})
-	}
-	return vars, note, nil
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// marshalCompact encodes v as one line of JSON without HTML escaping, so
-// paths stay readable.
-func marshalCompact(v any) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(buf.String(), "\n"), nil
+	vars, err = supervisor.AppEnv(st, url)
+	return vars, note, err
 }
 
 // shQuote quotes s for a POSIX shell: inside single quotes nothing is
@@ -169,11 +120,11 @@ func shQuote(s string) string {
 }
 
 func (c *envCommand) Usage() {
-	fs, _, _ := c.flags()
+	fs, _, _, _ := c.flags()
 	fmt.Fprint(c.app.stdout, `Print the environment an app needs to find its bindings.
 
 Usage:
-  localcloud env [-f FILE] [--format sh|json]
+  localcloud env [-f FILE] [--json | --format sh|json]
   eval "$(localcloud env -f FILE)"
 
 Variables:
@@ -187,6 +138,13 @@ Variables:
      "visibilityTimeout":"30s","visibilityTimeoutMs":30000,"durability":"normal"}
 
 Go apps open a binding with kv.FromEnv(ctx, name) or queue.FromEnv(ctx, name).
+When up is not running, env says so on stderr: with notify.listen on port 0
+LOCALCLOUD_NATS_URL is left out; with a fixed port it is set, but nothing of
+this stack listens there yet.
+
+Examples:
+  eval "$(localcloud env)"
+  localcloud env -f examples/stack.yaml --json
 
 Flags:
 `)

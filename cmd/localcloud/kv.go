@@ -139,7 +139,7 @@ func (c *kvCommand) put(ctx context.Context, args []string) error {
 	if ttlSet && *ttl <= 0 {
 		return &usageError{msg: fmt.Sprintf("--ttl must be positive, got %s", *ttl), try: "localcloud kv put BINDING KEY VALUE --ttl 30s"}
 	}
-	value, err := c.app.readInput(pos[2], kv.MaxValueBytes)
+	value, err := c.app.readInput(pos[2], "value", kv.MaxValueBytes)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (c *kvCommand) put(ctx context.Context, args []string) error {
 		if ttlSet {
 			expiry = fmt.Sprintf(", expires in %s", *ttl)
 		}
-		fmt.Fprintf(c.app.stdout, "stored %s in %s (%d bytes%s)\n", key, b.Name, len(value), expiry)
+		fmt.Fprintf(c.app.stderr, "stored %s in %s (%s%s)\n", key, b.Name, quantity(len(value), "byte"), expiry)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (c *kvCommand) delete(ctx context.Context, args []string) error {
 		if asJSON {
 			return c.app.printJSON(kvDeleteJSON{Binding: b.Name, Key: key, Deleted: true})
 		}
-		fmt.Fprintf(c.app.stdout, "deleted %s from %s (if it was there)\n", key, b.Name)
+		fmt.Fprintf(c.app.stderr, "deleted %s from %s (if it was there)\n", key, b.Name)
 		return nil
 	})
 }

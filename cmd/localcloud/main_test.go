@@ -68,13 +68,16 @@ func TestUsageMistakesExit2(t *testing.T) {
 	}{
 		{nil, "Usage:"},
 		{[]string{"bogus"}, `Error: unknown command "bogus"`},
-		{[]string{"validate", "-x"}, "Error: flag provided but not defined: -x"},
-		{[]string{"validate", "-f", stack, "extra"}, "validate takes no arguments"},
-		{[]string{"up", "-f"}, "flag needs an argument"},
-		{[]string{"env", "-f", stack, "--format", "xml"}, "-format must be sh or json"},
+		{[]string{"validate", "-x"}, "Error: unknown flag -x"},
+		{[]string{"validate", "-f", stack, "extra"}, "validate got two stack files"},
+		{[]string{"up", "-f"}, "Error: -f needs a value"},
+		{[]string{"env", "-f", stack, "--format", "xml"}, "--format must be sh or json"},
 		{[]string{"run", "-f", stack}, "run needs a command"},
 		{[]string{"run", "-f", stack, "--"}, "run needs a command"},
-		{[]string{"status", "--json=maybe"}, "invalid boolean value"},
+		{[]string{"status", "--json=maybe"}, `--json: "maybe" is not true or false`},
+		{[]string{"kv", "put", "-f", stack, "carts", "k", "v", "--ttl", "banana"}, `Error: --ttl: "banana" is not a duration, e.g. 30s`},
+		{[]string{"queue", "receive", "-f", stack, "orders", "--max", "x"}, `Error: --max: "x" is not a whole number, e.g. 10`},
+		{[]string{"env", "-f", stack, "--json", "--format", "sh"}, "contradict"},
 	}
 	for _, c := range cases {
 		code, stdout, stderr := runApp(t, nil, c.args...)
@@ -234,7 +237,7 @@ func TestRunPassesEnvironmentAndExitCode(t *testing.T) {
 		t.Errorf("killed by SIGTERM: exit %d, want %d", code, 128+int(syscall.SIGTERM))
 	}
 	code, _, stderr = runApp(t, env, "run", "-f", stack, "--", "no-such-command-localcloud")
-	if code != exitFailure || !strings.Contains(stderr, "Error: start no-such-command-localcloud") {
+	if code != exitNotFound || !strings.Contains(stderr, "Error: command not found: no-such-command-localcloud") {
 		t.Errorf("missing command: exit %d, %s", code, stderr)
 	}
 }
@@ -261,7 +264,7 @@ func TestUpInProcess(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for _, w := range []string{"bindings (2):", "carts", "orders-dlq", "NATS", "defaults in force"} {
+	for _, w := range []string{"bindings (2):", "carts", "orders-dlq", "NATS", "defaults applied: "} {
 		if !strings.Contains(stdout.String(), w) {
 			t.Errorf("summary lacks %q:\n%s", w, stdout)
 		}

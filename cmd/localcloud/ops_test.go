@@ -232,8 +232,8 @@ func TestQueueCommandsInProcess(t *testing.T) {
 	if code, _, stderr := run("no\n", "purge", "orders-dlq"); code != 1 || !strings.Contains(stderr, "not confirmed") {
 		t.Errorf("purge answered no: %d %s", code, stderr)
 	}
-	if code, out, _ := run("yes\n", "purge", "orders-dlq"); code != 0 || !strings.Contains(out, "held 2 messages") {
-		t.Errorf("purge answered yes: %d %s", code, out)
+	if code, out, stderr := run("yes\n", "purge", "orders-dlq"); code != 0 || out != "" || !strings.Contains(stderr, "held 2 messages") {
+		t.Errorf("purge answered yes: %d %q %s", code, out, stderr)
 	}
 	if code, _, stderr := run("", "receive", "orders-dlq"); code != 0 || !strings.Contains(stderr, "no message due") {
 		t.Errorf("receive on empty: %d %s", code, stderr)

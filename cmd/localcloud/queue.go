@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -41,6 +42,7 @@ func (c *queueCommand) Run(ctx context.Context, args []string) error {
 		"stats":   c.stats,
 		"extend":  c.extend,
 		"redrive": c.redrive,
+		"tail":    c.tail,
 	}, args)
 }
 
@@ -130,6 +132,7 @@ type (
 		Binding          string `json:"binding"`
 		Due              int64  `json:"due"`
 		InFlight         int64  `json:"inFlight"`
+		Delayed          int64  `json:"delayed"`
 		Total            int64  `json:"total"`
 		OldestAgeMillis  int64  `json:"oldestAgeMillis"`
 		OldestEnqueuedAt string `json:"oldestEnqueuedAt,omitempty"`
@@ -181,7 +184,7 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	data, err := c.app.readInput(pos[1], queue.MaxPayloadBytes)
+	data, err := c.app.readInput(pos[1], "payload", queue.MaxPayloadBytes)
 	if err != nil {
 		return err
 	}
@@ -207,7 +210,7 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	if *delay > 0 {
 		due = ", due in " + delay.String()
 	}
-	fmt.Fprintf(c.app.stdout, "sent a %s message to %s (%d bytes%s)\n", p.Type, b.Name, len(p.Data), due)
+	fmt.Fprintf(c.app.stderr, "sent a %s message to %s (%s%s)\n", p.Type, b.Name, quantity(len(p.Data), "byte"), due)
 	return nil
 }
 
@@ -223,13 +226,21 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	if *wait < 0 {
 		return &usageError{msg: fmt.Sprintf("--wait must not be negative, got %s", *wait), try: "localcloud queue receive BINDING --wait 10s"}
 	}
+	visSet := false
+	fs.Visit(func(f *flag.Flag) { visSet = visSet || f.Name == "visibility" })
+	if visSet && (*vis < time.Millisecond || *vis > queue.MaxVisibility) {
+		return &usageError{
+			msg: fmt.Sprintf("--visibility must be between 1ms and %s, got %s", queue.MaxVisibility, *vis),
+			try: "leave --visibility out for the binding's visibilityTimeout, or give e.g. --visibility 30s",
+		}
+	}
 	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
 		return err
 	}
 	defer q.Close()
 	var opts []queue.ReceiveOption
-	if *vis != 0 {
+	if visSet {
 		opts = append(opts, queue.ReceiveVisibility(*vis))
 	}
 	ctx, stop := c.app.interruptible(ctx)
@@ -330,7 +341,7 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	} else {
 		for _, r := range out.Results {
 			if r.OK {
-				fmt.Fprintf(c.app.stdout, "%sed %s\n", op, r.Receipt)
+				fmt.Fprintf(c.app.stderr, "%sed %s\n", op, r.Receipt)
 			}
 		}
 	}
@@ -359,9 +370,16 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if before.Total == 0 {
+		if *asJSON {
+			return c.app.printJSON(queuePurgeJSON{Binding: b.Name, Purged: false, MessagesBefore: 0})
+		}
+		fmt.Fprintf(c.app.stderr, "queue %s is empty; nothing to purge\n", b.Name)
+		return nil
+	}
 	if !*yes {
-		fmt.Fprintf(c.app.stderr, "Delete all %d messages of queue %s (%d due, %d in flight)? Type yes to confirm: ",
-			before.Total, b.Name, before.Due, before.InFlight)
+		fmt.Fprintf(c.app.stderr, "Delete all %s of queue %s (%d due, %d in flight, %d delayed)? Type yes to confirm: ",
+			quantity(before.Total, "message"), b.Name, before.Due, before.InFlight-before.Delayed, before.Delayed)
 		answer := ""
 		if c.app.stdin != nil {
 			line, _ := bufio.NewReader(c.app.stdin).ReadString('\n')
@@ -380,7 +398,7 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	if *asJSON {
 		return c.app.printJSON(queuePurgeJSON{Binding: b.Name, Purged: true, MessagesBefore: before.Total})
 	}
-	fmt.Fprintf(c.app.stdout, "purged %s (it held %d messages)\n", b.Name, before.Total)
+	fmt.Fprintf(c.app.stderr, "purged %s (it held %s)\n", b.Name, quantity(before.Total, "message"))
 	return nil
 }
 
@@ -429,7 +447,7 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
-			state, originText(m.Origin), m.Payload.Type, preview([]byte(m.Payload.Data)))
+			state, originText(m.Origin), m.Payload.Type, payloadPreview(m.Payload))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -451,6 +469,27 @@ func base64IfBinary(s string) string {
 		return ""
 	}
 	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+// payloadPreview shows a JSON payload as JSON (compact, cut with "..."
+// when long) and any other payload quoted, as preview does.
+func payloadPreview(p queue.Payload) string {
+	if p.Type != queue.TypeJSON || !json.Valid([]byte(p.Data)) {
+		return preview([]byte(p.Data))
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(p.Data)) != nil || bytes.ContainsAny(buf.Bytes(), "\t\r\n") {
+		return preview([]byte(p.Data))
+	}
+	b := buf.Bytes()
+	if len(b) <= previewBytes {
+		return string(b)
+	}
+	cut := previewBytes
+	for cut > previewBytes-utf8.UTFMax && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + "..."
 }
 
 // originText shows where a dead letter came from: "orders#17 (3 attempts)",
@@ -497,7 +536,8 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight, Total: s.Total,
+	// queue.Stats counts delayed messages in InFlight; the CLI shows them apart.
+	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight - s.Delayed, Delayed: s.Delayed, Total: s.Total,
 		DeadLetters: s.DeadLetters, Moving: s.Moving, Origins: []queueOriginCnt{}}
 	for _, o := range s.Origins {
 		out.Origins = append(out.Origins, queueOriginCnt{Binding: o.Binding, Store: o.Store, Count: o.Count})
@@ -512,20 +552,20 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 		return c.app.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tDUE\tIN FLIGHT\tTOTAL\tOLDEST")
+	fmt.Fprintln(tw, "QUEUE\tDUE\tIN FLIGHT\tDELAYED\tTOTAL\tOLDEST")
 	oldest := "-"
 	if s.Total > 0 {
 		oldest = (time.Duration(out.OldestAgeMillis) * time.Millisecond).Round(time.Second).String()
 	}
-	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", b.Name, s.Due, s.InFlight, s.Total, oldest)
+	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", b.Name, s.Due, out.InFlight, s.Delayed, s.Total, oldest)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if s.Moving > 0 {
-		fmt.Fprintf(c.app.stdout, "%d being moved to the dead-letter queue\n", s.Moving)
+		fmt.Fprintf(c.app.stdout, "%s being moved to the dead-letter queue\n", quantity(s.Moving, "message"))
 	}
 	if s.DeadLetters > 0 {
-		fmt.Fprintf(c.app.stdout, "%d dead letters:", s.DeadLetters)
+		fmt.Fprintf(c.app.stdout, "%s:", quantity(s.DeadLetters, "dead letter"))
 		for i, o := range s.Origins {
 			name := o.Binding
 			if name == "" {
@@ -567,7 +607,7 @@ func (c *queueCommand) extend(ctx context.Context, args []string) error {
 	if *asJSON {
 		return c.app.printJSON(queueExtendJSON{Binding: b.Name, Receipt: pos[1], VisibleUntil: fmtTime(until)})
 	}
-	fmt.Fprintf(c.app.stdout, "extended %s: hidden until %s\n", pos[1], fmtTime(until))
+	fmt.Fprintf(c.app.stderr, "extended %s: hidden until %s\n", pos[1], fmtTime(until))
 	return nil
 }
 
@@ -585,6 +625,20 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 	st, b, err := c.app.findBinding(*file, pos[0], config.TypeQueue)
 	if err != nil {
 		return err
+	}
+	if *to == "" {
+		var sources []string
+		for _, o := range st.Bindings {
+			if o.DeadLetter == b.Name && o.MaxAttempts > 0 {
+				sources = append(sources, o.Name)
+			}
+		}
+		if len(sources) == 0 {
+			return &hintError{
+				err: fmt.Errorf("queue %s is no binding's dead-letter queue in %s (no binding has deadLetter: %s); nothing to redrive", b.Name, st.File, b.Name),
+				try: fmt.Sprintf("move its messages to another queue with localcloud queue redrive %s --to BINDING", b.Name),
+			}
+		}
 	}
 	var opts []queue.RedriveOption
 	if *max > 0 {
@@ -616,9 +670,9 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 	if *to != "" {
 		where = *to
 	}
-	fmt.Fprintf(c.app.stdout, "redrove %d messages from %s to %s\n", res.Moved, b.Name, where)
+	fmt.Fprintf(c.app.stderr, "redrove %s from %s to %s\n", quantity(res.Moved, "message"), b.Name, where)
 	if res.Skipped > 0 {
-		fmt.Fprintf(c.app.stderr, "%d messages of %s have no recorded origin and stayed; move them with --to BINDING\n", res.Skipped, b.Name)
+		fmt.Fprintf(c.app.stderr, "%s of %s have no recorded origin and stayed; move them with --to BINDING\n", quantity(res.Skipped, "message"), b.Name)
 	}
 	return nil
 }
@@ -636,6 +690,7 @@ Usage:
   localcloud queue peek    BINDING             [--limit N] [--json]
   localcloud queue stats   BINDING             [--json]
   localcloud queue redrive DLQ                 [--to BINDING] [--max N] [--json]
+  localcloud queue tail    BINDING             [--existing] [--max N] [--json]
 
 Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 ./stack.yaml); flags may come before or after the arguments, and "--" ends
@@ -670,6 +725,11 @@ the flags.
            are not changed.
   stats    due, in-flight and total counts, the age of the oldest message,
            and the dead letters by origin and the messages being moved.
+  tail     prints each new message as it arrives (woken by up's hints,
+           else polling every second), never claiming it: the consumers
+           still get every message. --existing prints the ones already there
+           first; --max N stops after N; --json prints one JSON object per
+           line. A message sent and acked between two reads is not shown.
   redrive  moves the due messages of the dead-letter queue DLQ back to the
            queue each came from (or to --to BINDING), at most --max N; they
            start afresh there (attempt 0). Messages sent to DLQ directly have
@@ -687,9 +747,10 @@ Examples:
   localcloud queue redrive orders-dlq --max 10
   localcloud queue peek orders --limit 5
   localcloud queue purge orders --yes
+  localcloud queue tail orders --json
 
 Flags:
-  -f FILE          stack file
+  -f, --file FILE  stack file
   --json           print one JSON object instead of text (docs/CLI.md)
   --json-payload   send: the payload is JSON
   --delay D        send, nack: due D from now, 0-12h (default 0)
@@ -700,5 +761,7 @@ Flags:
   --wait D         receive: long-poll up to D
   --yes            purge: do not ask
   --limit N        peek: at most N messages, 1-1000 (default 20)
+  --existing       tail: print the messages already there first
+  --max N          tail: stop after N messages
 `)
 }

@@ -39,7 +39,7 @@ bindings:
 	}
 
 	// A delayed send is not due yet.
-	if code, out, stderr := run("send", "orders", "later", "--delay", "1h"); code != 0 || !strings.Contains(out, "due in 1h0m0s") {
+	if code, out, stderr := run("send", "orders", "later", "--delay", "1h"); code != 0 || out != "" || !strings.Contains(stderr, "due in 1h0m0s") {
 		t.Fatalf("send --delay: %d %s %s", code, out, stderr)
 	}
 	var peek queuePeekJSON
@@ -117,7 +117,7 @@ bindings:
 	if st.DeadLetters != 1 || len(st.Origins) != 1 || st.Origins[0].Binding != "orders" || st.Total != 2 {
 		t.Fatalf("stats of the DLQ: %s", out)
 	}
-	if _, out, _ := run("stats", "orders-dlq"); !strings.Contains(out, "1 dead letters: 1 from orders") {
+	if _, out, _ := run("stats", "orders-dlq"); !strings.Contains(out, "1 dead letter: 1 from orders") {
 		t.Errorf("stats text:\n%s", out)
 	}
 
@@ -143,7 +143,7 @@ bindings:
 		t.Errorf("redrive --to unknown: %d %s", code, stderr)
 	}
 	code, out, stderr = run("redrive", "orders-dlq", "--to", "other", "--max", "5")
-	if code != 0 || !strings.Contains(out, "redrove 1 messages from orders-dlq to other") {
+	if code != 0 || !strings.Contains(stderr, "redrove 1 message from orders-dlq to other") {
 		t.Fatalf("redrive --to other: %d %s %s", code, out, stderr)
 	}
 	_, out, _ = run("receive", "other", "--json")

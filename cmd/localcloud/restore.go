@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // restoreCommand swaps a verified snapshot in as a binding's store.

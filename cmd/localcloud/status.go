@@ -18,8 +18,8 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // countTimeout bounds the count queries on one store.
@@ -39,28 +39,35 @@ func (c *statusCommand) flags() (fs *flag.FlagSet, file *string, asJSON *bool) {
 
 // statusReport is what status prints; its JSON form is the --json output.
 type statusReport struct {
-	Running         bool            `json:"running"`
-	PID             int             `json:"pid,omitempty"`
-	NATSURL         string          `json:"natsUrl,omitempty"`
-	ExplorerURL     string          `json:"explorerUrl,omitempty"`
-	StartedAt       *time.Time      `json:"startedAt,omitempty"`
-	UptimeSeconds   int64           `json:"uptimeSeconds,omitempty"`
-	Stack           string          `json:"stack"`
-	StackFile       string          `json:"stackFile"`
-	DataDir         string          `json:"dataDir"`
+	Running       bool       `json:"running"`
+	PID           int        `json:"pid,omitempty"`
+	NATSURL       string     `json:"natsUrl,omitempty"`
+	ExplorerURL   string     `json:"explorerUrl,omitempty"`
+	StartedAt     *time.Time `json:"startedAt,omitempty"`
+	UptimeSeconds int64      `json:"uptimeSeconds,omitempty"`
+	Stack         string     `json:"stack"`
+	StackFile     string     `json:"stackFile"`
+	DataDir       string     `json:"dataDir"`
+	// Health is the owner lock's: a kind (supervisor.Kind*), with the
+	// message in HealthMessage when it is not ok. Only while up runs.
 	Health          string          `json:"health,omitempty"`
+	HealthMessage   string          `json:"healthMessage,omitempty"`
 	LastReloadError string          `json:"lastReloadError,omitempty"`
 	Bindings        []statusBinding `json:"bindings"`
 }
 
 type statusBinding struct {
-	Name    string       `json:"name"`
-	Type    string       `json:"type"`
-	Path    string       `json:"path"`
-	Subject string       `json:"subject,omitempty"`
-	Health  string       `json:"health"`
-	KV      *kvCounts    `json:"kv,omitempty"`
-	Queue   *queueCounts `json:"queue,omitempty"`
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Path    string `json:"path"`
+	Subject string `json:"subject,omitempty"`
+	// Health is ok, missing, replaced, truncated, loose-modes,
+	// not-provisioned, error or problem (supervisor.HealthKind);
+	// HealthMessage says what exactly, absent when ok.
+	Health        string       `json:"health"`
+	HealthMessage string       `json:"healthMessage,omitempty"`
+	KV            *kvCounts    `json:"kv,omitempty"`
+	Queue         *queueCounts `json:"queue,omitempty"`
 	// CountError says why the counts are missing.
 	CountError string `json:"countError,omitempty"`
 }
@@ -111,10 +118,46 @@ func (c *statusCommand) Run(ctx context.Context, args []string) error {
 		enc := json.NewEncoder(c.app.stdout)
 		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printStatus(c.app.stdout, rep, time.Now())
 	}
-	printStatus(c.app.stdout, rep, time.Now())
-	return nil
+	return statusExit(c.app, rep)
+}
+
+// statusExit is status's exit: 1, with the reason on stderr, when up is not
+// running or not every binding (or up's lock file) is healthy.
+func statusExit(a *app, rep *statusReport) error {
+	var reasons, bad []string
+	if !rep.Running {
+		reasons = append(reasons, "localcloud up is not running")
+	}
+	if rep.Health != "" && rep.Health != supervisor.KindOK {
+		reasons = append(reasons, "the owner lock file is "+rep.Health)
+	}
+	for _, b := range rep.Bindings {
+		if b.Health != supervisor.KindOK {
+			bad = append(bad, b.Name+" ("+b.Health+")")
+		}
+	}
+	if len(bad) > 0 && rep.Running {
+		reasons = append(reasons, fmt.Sprintf("%s not healthy: %s", quantity(len(bad), "binding"), strings.Join(bad, ", ")))
+	}
+	if len(reasons) == 0 {
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "localcloud status: exit 1: %s\n", strings.Join(reasons, "; "))
+	return &exitCodeError{code: exitFailure}
+}
+
+// setHealth splits a health message into its kind and the message.
+func setHealth(kind, msg *string, health string) {
+	*kind = supervisor.HealthKind(health)
+	if *kind != supervisor.KindOK {
+		*msg = health
+	}
 }
 
 // buildStatus gathers the report: from runtime.json while up runs (its
@@ -140,13 +183,17 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
 		rep.ExplorerURL = rt.ExplorerURL
 		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
-		rep.Stack, rep.StackFile, rep.Health, rep.LastReloadError = rt.Stack, rt.StackFile, rt.Health, rt.LastReloadError
+		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
+		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
 		for _, b := range rt.Bindings {
-			rep.Bindings = append(rep.Bindings, statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Health: b.Health})
+			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject}
+			setHealth(&sb.Health, &sb.HealthMessage, b.Health)
+			rep.Bindings = append(rep.Bindings, sb)
 		}
 	default:
 		for _, b := range st.Bindings {
-			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, Health: offlineHealth(b)}
+			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path}
+			setHealth(&sb.Health, &sb.HealthMessage, offlineHealth(b))
 			if b.Type == config.TypeQueue {
 				sb.Subject = config.Subject(st.Name, b.Name)
 			}
@@ -301,8 +348,8 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		fmt.Fprintf(w, "up: not running (start it with: localcloud up -f %s)\n", rep.StackFile)
 	}
 	fmt.Fprintf(w, "stack: %s (%s), data dir %s\n", rep.Stack, rep.StackFile, rep.DataDir)
-	if rep.Health != "" && rep.Health != supervisor.HealthOK {
-		fmt.Fprintf(w, "problem: %s\n", rep.Health)
+	if rep.Health != "" && rep.Health != supervisor.KindOK {
+		fmt.Fprintf(w, "problem: %s\n", rep.HealthMessage)
 	}
 	if rep.LastReloadError != "" {
 		fmt.Fprintln(w, "stack file: the last edit was not applied; up serves the last good stack:")
@@ -314,11 +361,15 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTYPE\tHEALTH\tCONTENTS\tPATH")
 	for _, b := range rep.Bindings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, b.Health, contents(b), b.Path)
+		health := b.Health
+		if b.HealthMessage != "" {
+			health = b.HealthMessage
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), b.Path)
 	}
 	tw.Flush()
 	for _, b := range rep.Bindings {
-		if b.Health != supervisor.HealthOK && rep.Running {
+		if b.Health != supervisor.KindOK && rep.Running {
 			fmt.Fprintf(w, "\n%s.\n", supervisor.HealthAdvice)
 			break
 		}
@@ -328,7 +379,7 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 func contents(b statusBinding) string {
 	switch {
 	case b.KV != nil:
-		return fmt.Sprintf("%d live keys, %d expired", b.KV.Live, b.KV.Expired)
+		return fmt.Sprintf("%s, %d expired", quantity(b.KV.Live, "live key"), b.KV.Expired)
 	case b.Queue != nil:
 		s := fmt.Sprintf("%d due, %d in flight", b.Queue.Due, b.Queue.InFlight)
 		if b.Queue.Due+b.Queue.InFlight > 0 {
@@ -356,6 +407,15 @@ the bindings and their health are the ones up serves; otherwise the stack
 file's. A queue's health also names the unfinished moves out of it that
 up leaves in place, since the stack does not name their destination (see
 localcloud check).
+
+status exits 1 (saying why on stderr) when up is not running or any binding
+is not healthy, so scripts can wait with: until localcloud status; do sleep 1; done.
+In --json, each health is one of ok, missing, replaced, truncated,
+loose-modes, not-provisioned, error, problem, with healthMessage saying what.
+
+Examples:
+  localcloud status
+  localcloud status -f examples/stack.yaml --json
 
 Flags:
 `)

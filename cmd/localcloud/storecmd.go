@@ -24,8 +24,8 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // timeLayout is how times are printed: UTC with milliseconds, the
@@ -86,6 +86,31 @@ func parseWantArgs(fs *flag.FlagSet, args []string, min, max int, synopsis strin
 // jsonFlag adds the --json flag of the commands that print data.
 func jsonFlag(fs *flag.FlagSet) *bool {
 	return fs.Bool("json", false, "print one JSON object (schema in docs/CLI.md) instead of text")
+}
+
+// jsonOrFormat reconciles --json with --format (kept for scripts that use
+// it): it reports whether the output is JSON. text names the format's
+// other value ("text", "sh", "yaml").
+func jsonOrFormat(fs *flag.FlagSet, asJSON bool, format, text string) (bool, error) {
+	cmd := fs.Name()
+	switch {
+	case format == "json":
+		return true, nil
+	case format != text:
+		return false, &usageError{
+			msg: fmt.Sprintf("--format must be %s or json, got %q", text, format),
+			try: fmt.Sprintf("localcloud %s --json", cmd),
+		}
+	}
+	formatSet := false
+	fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "format" })
+	if asJSON && formatSet {
+		return false, &usageError{
+			msg: fmt.Sprintf("--json and --format %s contradict each other", format),
+			try: fmt.Sprintf("localcloud %s --json (or --format %s alone)", cmd, text),
+		}
+	}
+	return asJSON, nil
 }
 
 // printJSON writes v as indented JSON without HTML escaping.
@@ -262,9 +287,13 @@ func isTerminal(f any) bool {
 }
 
 // readInput reads a value given as an argument, or stdin for "-", at most
-// limit bytes (one more is read to report an oversized input).
-func (a *app) readInput(arg string, limit int) ([]byte, error) {
+// limit bytes. An input over the limit is a usage error naming field, the
+// limit and the input's real size (the rest of stdin is read to count it).
+func (a *app) readInput(arg, field string, limit int) ([]byte, error) {
 	if arg != "-" {
+		if len(arg) > limit {
+			return nil, &usageError{msg: fmt.Sprintf("%s: must be at most %d bytes, got %d bytes", field, limit, len(arg))}
+		}
 		return []byte(arg), nil
 	}
 	if a.stdin == nil {
@@ -273,6 +302,13 @@ func (a *app) readInput(arg string, limit int) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(a.stdin, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(b) > limit {
+		rest, err := io.Copy(io.Discard, a.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return nil, &usageError{msg: fmt.Sprintf("%s (stdin): must be at most %d bytes, got %d bytes", field, limit, int64(len(b))+rest)}
 	}
 	return b, nil
 }

@@ -8,12 +8,14 @@ import (
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // shutdownTimeout bounds a graceful stop, so up exits within 5 s of the
@@ -151,10 +153,60 @@ func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, e
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
 	printBindings(w, st)
-	fmt.Fprintf(w, "defaults in force: dataDir %s, notify.listen %s, explorer.listen %s, visibilityTimeout %s, durability %s; health check every %s\n",
-		config.DefaultDataDir, config.DefaultListen, config.DefaultExplorerListen, config.DefaultVisibilityTimeout, config.DefaultDurability, supervisor.DefaultHealthInterval)
+	fmt.Fprintf(w, "defaults applied: %s\n", defaultsApplied(st))
+	fmt.Fprintf(w, "health check: every %s\n", supervisor.DefaultHealthInterval)
 	fmt.Fprintf(w, "apps: localcloud run -f %s -- CMD, or eval \"$(localcloud env -f %s)\"\n", st.File, st.File)
 	fmt.Fprintln(w, "reload: save the stack file or send SIGHUP; stop: Ctrl-C or SIGTERM")
+}
+
+// defaultsApplied describes the defaults the stack file left in force
+// (config.Stack.Defaulted), binding settings grouped by value:
+// "dataDir .localcloud; visibilityTimeout 30s (emails, orders)", or "none".
+func defaultsApplied(st *config.Stack) string {
+	var parts []string
+	per := map[string][]string{} // binding setting -> binding names
+	var order []string
+	for _, d := range st.Defaulted {
+		switch d {
+		case "dataDir":
+			parts = append(parts, "dataDir "+config.DefaultDataDir)
+			continue
+		case "notify.listen":
+			parts = append(parts, "notify.listen "+config.DefaultListen)
+			continue
+		case "explorer.listen":
+			parts = append(parts, "explorer.listen "+config.DefaultExplorerListen)
+			continue
+		}
+		rest, ok := strings.CutPrefix(d, "bindings.")
+		i := strings.LastIndexByte(rest, '.')
+		if !ok || i < 0 {
+			parts = append(parts, d)
+			continue
+		}
+		name, field := rest[:i], rest[i+1:]
+		switch field {
+		case "visibilityTimeout":
+			field += " " + config.DefaultVisibilityTimeout.String()
+		case "durability":
+			field += " " + config.DefaultDurability
+		case "path":
+			field = "path <dataDir>/<type>/<name>"
+		}
+		if _, seen := per[field]; !seen {
+			order = append(order, field)
+		}
+		per[field] = append(per[field], name)
+	}
+	for _, f := range order {
+		names := per[f]
+		sort.Strings(names)
+		parts = append(parts, fmt.Sprintf("%s (%s)", f, strings.Join(names, ", ")))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (c *upCommand) Usage() {
@@ -183,7 +235,12 @@ deleted, replaced or loosened, logs it and shows it in status; it never
 recreates one.
 
 SIGINT or SIGTERM stops up cleanly (exit 0, within 5 s); a second one exits
-at once.
+at once. A NATS port that is taken fails the start before anything is
+created.
+
+Examples:
+  localcloud up
+  localcloud up -f examples/stack.yaml -v
 
 Flags:
 `)

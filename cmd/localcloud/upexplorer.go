@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/explorer"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // upExplorer is up's web explorer: listening before the supervisor starts
@@ -112,7 +112,7 @@ func explorerEnv(st *config.Stack) ([]explorer.EnvVar, error) {
 	}
 	out := make([]explorer.EnvVar, 0, len(vars))
 	for _, v := range vars {
-		out = append(out, explorer.EnvVar{Name: v.name, Value: v.value, Secret: v.name == envNATSToken})
+		out = append(out, explorer.EnvVar{Name: v.Name, Value: v.Value, Secret: v.Name == envNATSToken})
 	}
 	return out, nil
 }

@@ -203,6 +203,27 @@ func parseListen(listen string) (string, int, error) {
 	return host, int(port), nil
 }
 
+// CheckListen reports whether StartServer could listen on listen now: it
+// binds the address and closes it again at once. A taken address gives the
+// error StartServer would (wrapping ErrAddrInUse); port 0 always passes.
+// up calls it before it creates any store, so a taken port changes nothing.
+// The address can of course be taken between the check and the start.
+func CheckListen(listen string) error {
+	host, port, err := parseListen(listen)
+	if err != nil {
+		return err
+	}
+	if port == 0 {
+		return nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return listenError(addr, err)
+	}
+	return l.Close()
+}
+
 // listenError turns a failure to bind addr into the error StartServer reports.
 func listenError(addr string, err error) error {
 	if errors.Is(err, syscall.EADDRINUSE) {

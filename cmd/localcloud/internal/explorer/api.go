@@ -17,7 +17,7 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // Limits of the API.

@@ -35,7 +35,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // Defaults of Options.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // testStack has 2 KV stores and 3 queues, one the dead-letter queue of

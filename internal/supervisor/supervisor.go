@@ -120,6 +120,10 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		stores:    make(map[string]*store, len(st.Bindings)),
 		health:    HealthOK,
 	}
+	// A taken NATS port fails the start before anything is created.
+	if err := hintserver.CheckListen(st.Notify.Listen); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(st.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
