@@ -1,0 +1,70 @@
+package jsengine_test
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// node is the package's one embedded JetStream server (single node, on
+// loopback, a free port, its store in a temp dir), started by TestMain.
+var node struct {
+	srv *server.Server
+	url string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "jsengine-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		NoSigs:    true,
+		NoLog:     true,
+		JetStream: true,
+		StoreDir:  dir,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "configure server:", err)
+		return 1
+	}
+	srv.Start()
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		fmt.Fprintln(os.Stderr, "server not ready")
+		return 1
+	}
+	node.srv, node.url = srv, srv.ClientURL()
+	return m.Run()
+}
+
+// connect opens a client connection closed at the end of the test.
+func connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(node.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+var seq atomic.Int64
+
+// freshName is a new bucket or queue name.
+func freshName(base string) string {
+	return fmt.Sprintf("%s%d", base, seq.Add(1))
+}
