@@ -68,3 +68,9 @@ var seq atomic.Int64
 func freshName(base string) string {
 	return fmt.Sprintf("%s%d", base, seq.Add(1))
 }
+
+func natsMsg(subject, data string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = []byte(data)
+	return m
+}
