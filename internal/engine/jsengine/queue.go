@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,7 +102,11 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: consumer %q: %w", cfg.Location, consumerName, err)
 	}
-	q := &jsQueue{nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]bool{}, extended: map[string]time.Time{}}
@@ -125,13 +130,18 @@ func checkQueueStream(have, want jetstream.StreamConfig) error {
 }
 
 type jsQueue struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	st       jetstream.Stream
-	cons     jetstream.Consumer
-	name     string
-	subject  string
-	stream   string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	st      jetstream.Stream
+	cons    jetstream.Consumer
+	name    string
+	subject string
+	stream  string
+	// replicated: the stream has more than one replica (see waitGone and
+	// Receive).
+	replicated bool
+	// lastSent is the stream sequence of this handle's last due send.
+	lastSent atomic.Uint64
 	notifier interface{ MessageDue() }
 	readOnly bool
 	url      string
@@ -199,14 +209,17 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 			msgs[i] = q.message(p, q.subject)
 		}
 	}
+	var ack *jetstream.PubAck
+	var err error
 	if len(msgs) == 1 {
-		if _, err := q.js.PublishMsg(ctx, msgs[0]); err != nil {
+		if ack, err = q.js.PublishMsg(ctx, msgs[0]); err != nil {
 			return fmt.Errorf("publish to %s: %w", q.stream, err)
 		}
-	} else if err := q.publishBatch(ctx, msgs); err != nil {
+	} else if ack, err = q.publishBatch(ctx, msgs); err != nil {
 		return err
 	}
 	if delay == 0 {
+		q.lastSent.Store(max64(q.lastSent.Load(), ack.Sequence))
 		q.woke()
 	}
 	return nil
@@ -214,23 +227,24 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 
 // publishBatch publishes msgs as one atomic batch: the server stores all of
 // them at the commit or none.
-func (q *jsQueue) publishBatch(ctx context.Context, msgs []*nats.Msg) error {
+func (q *jsQueue) publishBatch(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
 		if i < len(msgs)-1 {
 			if err := q.nc.PublishMsg(m); err != nil {
-				return fmt.Errorf("publish batch to %s: message %d: %w", q.stream, i+1, err)
+				return nil, fmt.Errorf("publish batch to %s: message %d: %w", q.stream, i+1, err)
 			}
 			continue
 		}
 		m.Header.Set("Nats-Batch-Commit", "1")
-		if _, err := q.js.PublishMsg(ctx, m); err != nil {
-			return fmt.Errorf("publish batch to %s: commit: %w", q.stream, err)
-		}
 	}
-	return nil
+	ack, err := q.js.PublishMsg(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return nil, fmt.Errorf("publish batch to %s: commit: %w", q.stream, err)
+	}
+	return ack, nil
 }
 
 // receipt is a parsed receipt: "js1:<deadline ms>:<lease ms>:<ack subject>".
@@ -257,24 +271,42 @@ func (q *jsQueue) parseReceipt(s string) (receipt, bool) {
 	if err1 != nil || err2 != nil || ls <= 0 {
 		return receipt{}, false
 	}
-	// $JS.ACK[.<domain>.<account>].<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[...]
-	toks := strings.Split(parts[2], ".")
-	if len(toks) < 9 || toks[0] != "$JS" || toks[1] != "ACK" {
+	d, ok := q.parseAck(parts[2])
+	if !ok {
 		return receipt{}, false
+	}
+	return receipt{deadline: time.UnixMilli(dl), lease: time.Duration(ls) * time.Millisecond,
+		reply: parts[2], seq: d.seq}, true
+}
+
+// delivery is what an ack subject says about its delivery.
+type delivery struct {
+	seq       uint64    // stream sequence: the message id
+	delivered uint64    // deliveries so far, this one included
+	stored    time.Time // when the stream stored the message
+}
+
+// parseAck reads an ack subject of this queue's consumer:
+// $JS.ACK[.<domain>.<account hash>].<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>[.<token>]
+func (q *jsQueue) parseAck(subject string) (delivery, bool) {
+	toks := strings.Split(subject, ".")
+	if len(toks) < 9 || toks[0] != "$JS" || toks[1] != "ACK" {
+		return delivery{}, false
 	}
 	i := 2
 	if len(toks) >= 12 {
 		i = 4
 	}
 	if toks[i] != q.stream || toks[i+1] != consumerName {
-		return receipt{}, false
+		return delivery{}, false
 	}
-	seq, err := strconv.ParseUint(toks[i+3], 10, 64)
-	if err != nil || seq == 0 {
-		return receipt{}, false
+	dc, err1 := strconv.ParseUint(toks[i+2], 10, 64)
+	seq, err2 := strconv.ParseUint(toks[i+3], 10, 64)
+	ts, err3 := strconv.ParseInt(toks[i+5], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || seq == 0 || dc == 0 {
+		return delivery{}, false
 	}
-	return receipt{deadline: time.UnixMilli(dl), lease: time.Duration(ls) * time.Millisecond,
-		reply: parts[2], seq: seq}, true
+	return delivery{seq: seq, delivered: dc, stored: time.Unix(0, ts)}, true
 }
 
 // staleMargin is how long before its deadline a receipt is refused: a
@@ -313,41 +345,136 @@ func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
 	return true, nil
 }
 
-// Receive fetches up to max messages without waiting, then gives each its
-// own lease with a Nak-with-delay (which counts no delivery), sent raw to
-// the ack subject before the receipts are handed out.
+// catchUpWait bounds how long a Receive waits for
+// the consumer to see this handle's own last send (see Receive).
+const catchUpWait = 500 * time.Millisecond
+
+// Receive pulls up to max messages (a raw no-wait pull request), then gives
+// each its own lease with a Nak-with-delay (which counts no delivery), sent
+// raw to the ack subject and flushed before the receipts are handed out.
+//
+// Read-your-writes: the consumer learns of stored messages asynchronously
+// (on a replicated queue its leader may also be a follower of the stream
+// that has not yet applied a send the stream's leader acknowledged);
+// measured: a receive right after an acknowledged send found nothing, on a
+// single node too, or one of two on a cluster. So when a pull gives fewer than max and the consumer has not yet
+// delivered this handle's last sent sequence to anyone, Receive pulls again
+// (1 ms, doubling, up to catchUpWait in all).
 func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
-	batch, err := q.cons.FetchNoWait(max)
+	out, err := q.pullRetry(ctx, max, lease)
+	if err != nil || len(out) == max {
+		return out, err
+	}
+	lastSent := q.lastSent.Load()
+	deadline := time.Now().Add(catchUpWait)
+	for wait := time.Millisecond; len(out) < max && lastSent > 0; wait = min(2*wait, 50*time.Millisecond) {
+		seen := uint64(0)
+		for _, m := range out {
+			seen = max64(seen, uint64(m.ID))
+		}
+		if seen >= lastSent {
+			break
+		}
+		ci, err := q.cons.Info(ctx)
+		if err != nil {
+			return out, nil // what we have is valid; the catch-up is best effort
+		}
+		if ci.Delivered.Stream >= lastSent || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case <-time.After(wait):
+		}
+		more, err := q.pull(ctx, max-len(out), lease)
+		if err != nil {
+			return out, nil
+		}
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// electionWait bounds how long a call waits for a consumer leader (just
+// after the consumer was created, or while its leader moves).
+const electionWait = 5 * time.Second
+
+// pullRetry is pull, retried while the consumer has no leader ("no
+// responders": just created, or its leader moving).
+func (q *jsQueue) pullRetry(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
+	deadline := time.Now().Add(electionWait)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		out, err := q.pull(ctx, max, lease)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pull is one no-wait pull request for up to max messages.
+func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
+	inbox := nats.NewInbox()
+	sub, err := q.nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
 	}
+	defer sub.Unsubscribe()
+	req := fmt.Sprintf(`{"batch":%d,"no_wait":true}`, max)
+	if err := q.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+consumerName, inbox, []byte(req)); err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
 	var out []driver.Message
-	for m := range batch.Messages() {
-		meta, err := m.Metadata()
+	for len(out) < max {
+		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
-			return nil, fmt.Errorf("read delivery metadata: %w", err)
+			if len(out) > 0 {
+				break
+			}
+			return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
+		}
+		if status := m.Header.Get("Status"); status != "" || len(m.Data) == 0 && m.Reply == "" {
+			if status == "100" { // heartbeat or flow control
+				continue
+			}
+			break // 404 no messages, 408 request expired or pending, 409 ...
+		}
+		d, ok := q.parseAck(m.Reply)
+		if !ok {
+			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
 		}
 		deadline := time.Now().Add(lease)
-		if err := q.nc.Publish(m.Reply(), nakDelay(lease)); err != nil {
-			return nil, fmt.Errorf("set lease of message %d: %w", meta.Sequence.Stream, err)
+		if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
+			return nil, fmt.Errorf("set lease of message %d: %w", d.seq, err)
 		}
-		enq := meta.Timestamp
-		if v, err := strconv.ParseInt(m.Headers().Get(hdrEnqueued), 10, 64); err == nil {
+		enq := d.stored
+		if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 			enq = time.UnixMilli(v)
 		}
 		out = append(out, driver.Message{
-			ID:            int64(meta.Sequence.Stream),
-			ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply(),
-			Attempt:       int(meta.NumDelivered),
-			Payload:       driver.Payload{Type: m.Headers().Get(hdrType), Data: string(m.Data())},
+			ID:            int64(d.seq),
+			ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply,
+			Attempt:       int(d.delivered),
+			Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
 			EnqueuedAt:    enq,
 		})
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
 	}
 	if len(out) > 0 {
 		if err := q.flush(ctx); err != nil {
@@ -384,7 +511,36 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
 	q.forget(s)
+	if q.replicated {
+		return q.waitGone(ctx, r.seq)
+	}
 	return nil
+}
+
+// ackSettle bounds waitGone.
+const ackSettle = 5 * time.Second
+
+// waitGone waits until the stream no longer holds seq. On a replicated
+// stream the ack's reply comes from the consumer's leader before the
+// stream's leader has removed the message (measured: Peek right after an
+// acknowledged ack still showed it); an Ack returns once the removal is
+// visible, so the caller reads its own ack.
+func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
+	deadline := time.Now().Add(ackSettle)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := q.exists(ctx, seq)
+		if err != nil || !ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ack message %d: still stored %s after the ack was confirmed", seq, ackSettle)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
@@ -536,15 +692,18 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 	return out, nil
 }
 
-// Stats counts from the stream's state and the consumer's: Total is every
-// message (delayed ones included), InFlight the consumer's ack-pending
-// messages plus the delayed ones. A message whose lease ran out counts as
-// in flight until it is fetched again (the server does not say).
+// Stats counts from the stream's state (its leader: what this process sent
+// is counted) and the consumer's (deliveries are counted when they happen):
+// Total is every message, delayed ones included; InFlight the delivered
+// messages not yet acked and not queued for redelivery, plus the delayed
+// ones; Due the rest. A message whose lease ran out counts as in flight
+// until the server queues it for redelivery (the server holds the lease
+// ends).
 func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := q.check(false); err != nil {
 		return driver.Stats{}, err
 	}
-	si, err := q.st.Info(ctx)
+	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter(q.subject))
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("read %s: %w", q.stream, err)
 	}
@@ -553,7 +712,9 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 		return driver.Stats{}, fmt.Errorf("read consumer of %s: %w", q.stream, err)
 	}
 	total := int64(si.State.Msgs)
-	due := int64(ci.NumPending)
+	onSubject := int64(si.State.Subjects[q.subject])
+	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
+	due = min(max(due, 0), onSubject)
 	st := driver.Stats{Due: due, InFlight: total - due, Total: total}
 	if total > 0 {
 		if m, err := q.st.GetMsg(ctx, si.State.FirstSeq); err == nil {

@@ -23,10 +23,12 @@ func TestQueueConformance(t *testing.T) {
 			return q
 		}
 		return queuetest.Harness{
-			Open:        func(t *testing.T, opts ...queue.Option) *queue.Queue { return open(t, loc, opts...) },
-			OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue { return open(t, loc+"-"+name, opts...) },
-			Persistent:  true,
-			Caps:        queuetest.Capabilities{},
+			Open: func(t *testing.T, opts ...queue.Option) *queue.Queue { return open(t, loc, opts...) },
+			OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
+				return open(t, loc+"-"+name, opts...)
+			},
+			Persistent: true,
+			Caps:       queuetest.Capabilities{},
 		}
 	})
 }

@@ -3,6 +3,7 @@ package jsengine_test
 import (
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,42 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	node.srv, node.url = srv, srv.ClientURL()
-	return m.Run()
+	code := m.Run()
+	atExit.Lock()
+	for _, s := range atExit.srvs {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+	for _, d := range atExit.dirs {
+		os.RemoveAll(d)
+	}
+	atExit.Unlock()
+	return code
+}
+
+// atExit holds what package-wide servers (the cluster) leave for TestMain
+// to stop and remove.
+var atExit struct {
+	sync.Mutex
+	srvs []*server.Server
+	dirs []string
+}
+
+func stopAtExit(s *server.Server) {
+	atExit.Lock()
+	atExit.srvs = append(atExit.srvs, s)
+	atExit.Unlock()
+}
+
+func tempDir() (string, error) {
+	d, err := os.MkdirTemp("", "jsengine-cluster-")
+	if err != nil {
+		return "", err
+	}
+	atExit.Lock()
+	atExit.dirs = append(atExit.dirs, d)
+	atExit.Unlock()
+	return d, nil
 }
 
 // connect opens a client connection closed at the end of the test.
