@@ -85,6 +85,9 @@ func (e KV) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream kv %q: %w", cfg.Location, err)
 	}
+	if err := waitStreamLeader(ctx, st); err != nil {
+		return nil, fmt.Errorf("open jetstream kv %q: %w", cfg.Location, err)
+	}
 	return &kvStore{js: js, st: st, name: cfg.Location, prefix: "lckv." + cfg.Location + ".",
 		clock: time.Now, readOnly: cfg.ReadOnly, url: e.Conn.ConnectedUrlRedacted()}, nil
 }
@@ -136,6 +139,44 @@ func provision(ctx context.Context, js jetstream.JetStream, want jetstream.Strea
 		return nil, fmt.Errorf("create stream %q: %w", want.Name, err)
 	}
 	return st, nil
+}
+
+// leaderWait bounds how long Open waits for a new stream's or consumer's
+// leader on a cluster.
+const leaderWait = 10 * time.Second
+
+// waitStreamLeader waits until a replicated stream has a leader, so that
+// the first write after Open does not wait for the election (a put's expiry
+// is stamped before it is published).
+func waitStreamLeader(ctx context.Context, st jetstream.Stream) error {
+	return waitLeader(ctx, "stream", func() (*jetstream.ClusterInfo, error) {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return info.Cluster, nil
+	})
+}
+
+func waitLeader(ctx context.Context, what string, cluster func() (*jetstream.ClusterInfo, error)) error {
+	deadline := time.Now().Add(leaderWait)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		ci, err := cluster()
+		if err == nil && (ci == nil || ci.Leader != "") {
+			return nil // a single server reports no cluster
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New("no leader elected")
+			}
+			return fmt.Errorf("wait for the %s leader: %s: %w", what, leaderWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 type kvStore struct {

@@ -106,6 +106,18 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
+	if err := waitStreamLeader(ctx, st); err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	if err := waitLeader(ctx, "consumer", func() (*jetstream.ClusterInfo, error) {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return ci.Cluster, nil
+	}); err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
