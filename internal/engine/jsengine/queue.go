@@ -121,7 +121,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
-		dead: map[string]bool{}, extended: map[string]time.Time{}}
+		dead: map[string]time.Time{}, extended: map[string]time.Time{}}
 	return q, nil
 }
 
@@ -162,7 +162,7 @@ type jsQueue struct {
 	mu       sync.Mutex
 	closed   bool
 	wake     chan struct{}        // closed and replaced by each local send or nack
-	dead     map[string]bool      // receipts this handle nacked
+	dead     map[string]time.Time // receipts this handle nacked: until their deadline
 	extended map[string]time.Time // receipts this handle extended: their new deadline
 }
 
@@ -333,7 +333,7 @@ func staleMargin(lease time.Duration) time.Duration {
 // live reports whether r may still act on its delivery.
 func (q *jsQueue) live(s string, r receipt) bool {
 	q.mu.Lock()
-	dead := q.dead[s]
+	_, dead := q.dead[s]
 	dl, ok := q.extended[s]
 	q.mu.Unlock()
 	if dead {
@@ -566,6 +566,27 @@ func (q *jsQueue) forget(s string) {
 	q.mu.Unlock()
 }
 
+// pruneLimit is the size of the handle's receipt maps above which entries
+// past their deadline (refused by the deadline alone) are dropped.
+const pruneLimit = 1024
+
+func (q *jsQueue) pruneLocked() {
+	if len(q.dead)+len(q.extended) <= pruneLimit {
+		return
+	}
+	now := time.Now()
+	for k, dl := range q.dead {
+		if now.After(dl) {
+			delete(q.dead, k)
+		}
+	}
+	for k, dl := range q.extended {
+		if now.After(dl) {
+			delete(q.extended, k)
+		}
+	}
+}
+
 func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]int, error) {
 	var stale []int
 	for i, s := range receipts {
@@ -603,8 +624,13 @@ func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error
 		return fmt.Errorf("nack message %d: %w", r.seq, err)
 	}
 	q.mu.Lock()
-	q.dead[s] = true // an ack after this handle's own nack is refused
+	dl := r.deadline
+	if e, ok := q.extended[s]; ok {
+		dl = e
+	}
+	q.dead[s] = dl // an ack after this handle's own nack is refused
 	delete(q.extended, s)
+	q.pruneLocked()
 	q.mu.Unlock()
 	q.woke()
 	return nil
@@ -637,6 +663,7 @@ func (q *jsQueue) Extend(ctx context.Context, s string, d time.Duration) error {
 	}
 	q.mu.Lock()
 	q.extended[s] = deadline
+	q.pruneLocked()
 	q.mu.Unlock()
 	return nil
 }
