@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
@@ -212,7 +212,7 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 	msgs := make([]*nats.Msg, len(ps))
 	for i, p := range ps {
 		if delay > 0 {
-			m := q.message(p, "lcqs."+q.name+"."+nuid.Next())
+			m := q.message(p, "lcqs."+q.name+"."+uuid.NewString())
 			at := time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
 			m.Header.Set("Nats-Schedule", "@at "+at)
 			m.Header.Set("Nats-Schedule-Target", q.subject)
@@ -240,7 +240,7 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 // publishBatch publishes msgs as one atomic batch: the server stores all of
 // them at the commit or none.
 func (q *jsQueue) publishBatch(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
-	id := nuid.Next()
+	id := uuid.NewString()
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
