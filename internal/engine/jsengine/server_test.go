@@ -30,6 +30,20 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// queuetest's DeadLetter/OptionsValidated opens the harness's location
+	// with the SQLite engine (queue.Open(ctx, q.Location(), ...)); our
+	// locations are names, so that would create stores in the package
+	// directory: run the package in a temp working directory.
+	cwd, err := os.MkdirTemp("", "jsengine-cwd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(cwd)
+	if err := os.Chdir(cwd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	srv, err := server.NewServer(&server.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
