@@ -429,6 +429,60 @@ func (s *kvStore) Scan(ctx context.Context, prefix, after string, limit int) ([]
 	return items, false, nil
 }
 
+// Lookup is Get with the key's expiry (zero without a TTL).
+func (s *kvStore) Lookup(ctx context.Context, key string) (driver.Entry, bool, error) {
+	if err := s.check(); err != nil {
+		return driver.Entry{}, false, err
+	}
+	m, err := s.st.GetLastMsgForSubject(ctx, s.subject(key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return driver.Entry{}, false, nil
+	}
+	if err != nil {
+		return driver.Entry{}, false, fmt.Errorf("get %s: %w", s.subject(key), err)
+	}
+	if !s.liveAt(m.Header, s.clock()) {
+		return driver.Entry{}, false, nil
+	}
+	e := driver.Entry{Value: m.Data}
+	if e.Value == nil {
+		e.Value = []byte{}
+	}
+	if v := m.Header.Get(hdrExpires); v != "" {
+		ms, _ := strconv.ParseInt(v, 10, 64) // readable: liveAt said so
+		e.ExpiresAt = time.UnixMilli(ms)
+	}
+	return e, true, nil
+}
+
+// Stats lists every key's subject and reads each through the leader (one
+// request per key: the expiry is in our header, not the server's state).
+// Keys the server already removed after their TTL are counted in neither.
+func (s *kvStore) Stats(ctx context.Context) (driver.Stats, error) {
+	if err := s.check(); err != nil {
+		return driver.Stats{}, err
+	}
+	info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(s.prefix+">"))
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("list subjects of %s: %w", s.name, err)
+	}
+	var st driver.Stats
+	for subj := range info.State.Subjects {
+		e, err := s.load(ctx, subj)
+		if err != nil {
+			return driver.Stats{}, err
+		}
+		switch {
+		case e.rev == 0:
+		case e.live:
+			st.Live++
+		default:
+			st.Expired++
+		}
+	}
+	return st, nil
+}
+
 func (s *kvStore) Path() string { return "jetstream:" + s.url + "/LCKV_" + s.name }
 
 func (s *kvStore) Close() error {

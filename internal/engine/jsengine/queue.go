@@ -733,9 +733,9 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 
 // Stats counts from the stream's state (its leader: what this process sent
 // is counted) and the consumer's (deliveries are counted when they happen):
-// Total is every message, delayed ones included; InFlight the delivered
-// messages not yet acked and not queued for redelivery, plus the delayed
-// ones; Due the rest. A message whose lease ran out counts as in flight
+// Total is every message, delayed ones included; Delayed the message
+// schedules not yet fired; InFlight the delivered messages not yet acked
+// and not queued for redelivery, plus the delayed ones; Due the rest. A message whose lease ran out counts as in flight
 // until the server queues it for redelivery (the server holds the lease
 // ends).
 func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
@@ -754,7 +754,7 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	onSubject := int64(si.State.Subjects[q.subject])
 	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
 	due = min(max(due, 0), onSubject)
-	st := driver.Stats{Due: due, InFlight: total - due, Total: total}
+	st := driver.Stats{Due: due, InFlight: total - due, Delayed: total - onSubject, Total: total}
 	if total > 0 {
 		if m, err := q.st.GetMsg(ctx, si.State.FirstSeq); err == nil {
 			st.Oldest = m.Time

@@ -217,8 +217,8 @@ func TestQueueDelayedSend(t *testing.T) {
 		t.Fatalf("Peek of the delayed one: %+v", ps[1])
 	}
 	st, err := q.Stats(bg)
-	if err != nil || st.Total != 2 || st.Due != 1 || st.InFlight != 1 {
-		t.Fatalf("Stats = %+v, %v; want total 2, due 1, in flight 1", st, err)
+	if err != nil || st.Total != 2 || st.Due != 1 || st.InFlight != 1 || st.Delayed != 1 {
+		t.Fatalf("Stats = %+v, %v; want total 2, due 1, in flight 1, delayed 1", st, err)
 	}
 	now := recvOne(t, q)
 	if now.Payload.Data != "now" {
@@ -279,6 +279,9 @@ func TestQueueBatchAndPurge(t *testing.T) {
 	if err := q.Purge(bg); err != nil {
 		t.Fatal(err)
 	}
+	if st.Delayed != 0 {
+		t.Fatalf("Stats = %+v; want none delayed", st)
+	}
 	if st, err := q.Stats(bg); err != nil || st.Total != 0 {
 		t.Fatalf("Stats after purge = %+v, %v", st, err)
 	}
@@ -338,5 +341,46 @@ func TestKVUntrustedExpiryHeader(t *testing.T) {
 	}
 	if ok, err := s.Put(bg, "k", []byte("mine"), kv.IfNotExists()); err != nil || !ok {
 		t.Fatalf("put-if-absent over it = %v, %v; want it to win", ok, err)
+	}
+}
+
+// TestKVLookupAndStats: Lookup gives the expiry; Stats counts live and
+// expired keys without changing anything.
+func TestKVLookupAndStats(t *testing.T) {
+	t.Parallel()
+	s, err := kv.OpenEngine(bg, jsengine.KV{Conn: connect(t)}, freshName("kvstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := time.Now()
+	for _, p := range []struct {
+		key string
+		ttl time.Duration
+	}{{"a", 0}, {"b", time.Hour}, {"c", 0}} {
+		var opts []kv.PutOption
+		if p.ttl > 0 {
+			opts = append(opts, kv.WithTTL(p.ttl))
+		}
+		if _, err := s.Put(bg, p.key, []byte("v"+p.key), opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Put(bg, "c", []byte("vc"), kv.WithTTL(0)); err != nil { // expired at once
+		t.Fatal(err)
+	}
+	e, ok, err := s.Lookup(bg, "b")
+	if err != nil || !ok || string(e.Value) != "vb" || e.ExpiresAt.Before(before.Add(time.Hour-time.Second)) || e.ExpiresAt.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("Lookup(b) = %+v, %v, %v; want vb expiring in an hour", e, ok, err)
+	}
+	if e, ok, err := s.Lookup(bg, "a"); err != nil || !ok || !e.ExpiresAt.IsZero() {
+		t.Fatalf("Lookup(a) = %+v, %v, %v; want no expiry", e, ok, err)
+	}
+	if _, ok, err := s.Lookup(bg, "c"); err != nil || ok {
+		t.Fatalf("Lookup(expired) = %v, %v; want absent", ok, err)
+	}
+	st, err := s.Stats(bg)
+	if err != nil || st.Live != 2 || st.Expired != 1 {
+		t.Fatalf("Stats = %+v, %v; want 2 live, 1 expired", st, err)
 	}
 }
