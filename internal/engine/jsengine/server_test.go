@@ -124,3 +124,7 @@ func natsMsg(subject, data string) *nats.Msg {
 	m.Data = []byte(data)
 	return m
 }
+
+type natsConn = nats.Conn
+
+var natsConnect = func(url string) (*nats.Conn, error) { return nats.Connect(url) }
