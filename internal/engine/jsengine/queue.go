@@ -397,6 +397,9 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 		if ci.Delivered.Stream >= lastSent || time.Now().After(deadline) {
 			break
 		}
+		if ok, err := q.exists(ctx, lastSent); err != nil || !ok {
+			break // purged (by any handle) before it was delivered
+		}
 		select {
 		case <-ctx.Done():
 			return out, nil
@@ -675,6 +678,7 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.st.Purge(ctx); err != nil {
 		return fmt.Errorf("purge %s: %w", q.stream, err)
 	}
+	q.lastSent.Store(0)
 	return nil
 }
 

@@ -384,3 +384,23 @@ func TestKVLookupAndStats(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v; want 2 live, 1 expired", st, err)
 	}
 }
+
+// TestQueueReceiveAfterOtherPurgeIsQuick: a handle whose last send was
+// purged by another handle before delivery does not wait for the consumer
+// to deliver it (Receive's read-your-writes catch-up).
+func TestQueueReceiveAfterOtherPurgeIsQuick(t *testing.T) {
+	t.Parallel()
+	loc := freshName("purged")
+	q, other := openQueue(t, loc), openQueue(t, loc)
+	if err := q.Send(bg, queue.Text("m")); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Purge(bg); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wantNone(t, q)
+	if d := time.Since(start); d > 400*time.Millisecond {
+		t.Fatalf("Receive on the purged queue took %s; want no catch-up wait (it is 500 ms)", d)
+	}
+}
