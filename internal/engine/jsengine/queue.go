@@ -1,0 +1,815 @@
+package jsengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
+)
+
+// Headers of a queue message.
+const (
+	hdrType     = "Lc-Type"        // "text" or "json"
+	hdrEnqueued = "Lc-Enqueued-Ms" // send time, Unix milliseconds
+)
+
+// consumerName is the queue's one durable pull consumer.
+const consumerName = "lc"
+
+// fetchAckWait is the consumer's AckWait: the lease between the server
+// handing a message to Fetch and our Nak-with-delay that sets the receive's
+// own lease (or, if the receiver dies in between, how long the message stays
+// hidden).
+const fetchAckWait = 30 * time.Second
+
+// receiptPrefix starts every receipt this engine issues.
+const receiptPrefix = "js1:"
+
+// Queue is the JetStream engine of the queue binding. Location is the queue
+// name; the queue is the stream "LCQ_<name>" (work-queue retention) with
+// subject "lcq.<name>" for due messages and "lcqs.<name>.<id>" for delayed
+// sends (message schedules), and one durable pull consumer "lc" with
+// explicit acks and no delivery limit.
+type Queue struct {
+	// Conn is the connection to the JetStream server or cluster; the
+	// engine never closes it.
+	Conn *nats.Conn
+	// Replicas is the stream's replica count; 0 means 1.
+	Replicas int
+}
+
+// Open opens or creates the queue cfg.Location names.
+func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error) {
+	if e.Conn == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "jetstream queue: Conn must not be nil")
+	}
+	if !nameRE.MatchString(cfg.Location) {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"jetstream queue: location %q: must be 1..64 of A-Z a-z 0-9 _ -", cfg.Location)
+	}
+	if cfg.DeadLetter.MaxAttempts > 0 {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"jetstream queue %q: maxAttempts %d: dead letters are not implemented on the jetstream engine yet",
+			cfg.Location, cfg.DeadLetter.MaxAttempts)
+	}
+	js, err := jetstream.New(e.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	replicas := e.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	subject := "lcq." + cfg.Location
+	want := jetstream.StreamConfig{
+		Name:               "LCQ_" + cfg.Location,
+		Subjects:           []string{subject, "lcqs." + cfg.Location + ".>"},
+		Retention:          jetstream.WorkQueuePolicy,
+		Storage:            jetstream.FileStorage,
+		Replicas:           replicas,
+		AllowDirect:        false,
+		AllowAtomicPublish: true,
+		AllowMsgSchedules:  true,
+	}
+	st, err := provision(ctx, js, want, cfg.ReadOnly, checkQueueStream)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	var cons jetstream.Consumer
+	if cfg.ReadOnly {
+		cons, err = st.Consumer(ctx, consumerName)
+	} else {
+		cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       consumerName,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       fetchAckWait,
+			MaxDeliver:    -1,
+			FilterSubject: subject,
+			MaxAckPending: -1,
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: consumer %q: %w", cfg.Location, consumerName, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	if err := waitStreamLeader(ctx, st); err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	if err := waitLeader(ctx, "consumer", func() (*jetstream.ClusterInfo, error) {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return ci.Cluster, nil
+	}); err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
+		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
+		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
+		dead: map[string]time.Time{}, extended: map[string]time.Time{}}
+	return q, nil
+}
+
+// checkQueueStream fails closed on an existing stream whose settings
+// contradict the queue's.
+func checkQueueStream(have, want jetstream.StreamConfig) error {
+	switch {
+	case strings.Join(have.Subjects, ",") != strings.Join(want.Subjects, ","):
+		return fmt.Errorf("subjects are %q, want %q", have.Subjects, want.Subjects)
+	case have.Retention != jetstream.WorkQueuePolicy:
+		return fmt.Errorf("retention is %s, want workqueue", have.Retention)
+	case !have.AllowAtomicPublish:
+		return errors.New("allow_atomic is off, want on")
+	case !have.AllowMsgSchedules:
+		return errors.New("allow_msg_schedules is off, want on")
+	}
+	return nil
+}
+
+type jsQueue struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	st      jetstream.Stream
+	cons    jetstream.Consumer
+	name    string
+	subject string
+	stream  string
+	// replicated: the stream has more than one replica (see waitGone and
+	// Receive).
+	replicated bool
+	// lastSent is the stream sequence of this handle's last due send.
+	lastSent atomic.Uint64
+	notifier interface{ MessageDue() }
+	readOnly bool
+	url      string
+	done     chan struct{}
+
+	mu       sync.Mutex
+	closed   bool
+	wake     chan struct{}        // closed and replaced by each local send or nack
+	dead     map[string]time.Time // receipts this handle nacked: until their deadline
+	extended map[string]time.Time // receipts this handle extended: their new deadline
+}
+
+func (q *jsQueue) Location() string { return q.name }
+func (q *jsQueue) Path() string     { return "jetstream:" + q.url + "/" + q.stream }
+
+func (q *jsQueue) check(write bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return errors.New("queue is closed")
+	}
+	if write && q.readOnly {
+		return errors.New("queue is read-only")
+	}
+	return nil
+}
+
+// woke tells this process's waiters and the notifier that a message may be
+// due.
+func (q *jsQueue) woke() {
+	q.mu.Lock()
+	close(q.wake)
+	q.wake = make(chan struct{})
+	q.mu.Unlock()
+	if q.notifier != nil {
+		q.notifier.MessageDue()
+	}
+}
+
+func (q *jsQueue) message(p driver.Payload, subject string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = []byte(p.Data)
+	m.Header.Set(hdrType, p.Type)
+	m.Header.Set(hdrEnqueued, strconv.FormatInt(time.Now().UnixMilli(), 10))
+	return m
+}
+
+// Send publishes one message, or an atomic batch (all or none, server
+// 2.12+) of several; a delay makes each a message schedule ("@at" with
+// sub-second precision) that the server publishes to the queue's subject
+// when due.
+func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Duration) error {
+	if err := q.check(true); err != nil {
+		return err
+	}
+	msgs := make([]*nats.Msg, len(ps))
+	for i, p := range ps {
+		if delay > 0 {
+			m := q.message(p, "lcqs."+q.name+"."+uuid.NewString())
+			at := time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
+			m.Header.Set("Nats-Schedule", "@at "+at)
+			m.Header.Set("Nats-Schedule-Target", q.subject)
+			msgs[i] = m
+		} else {
+			msgs[i] = q.message(p, q.subject)
+		}
+	}
+	var ack *jetstream.PubAck
+	var err error
+	if len(msgs) == 1 {
+		if ack, err = q.js.PublishMsg(ctx, msgs[0]); err != nil {
+			return fmt.Errorf("publish to %s: %w", q.stream, err)
+		}
+	} else if ack, err = q.publishBatch(ctx, msgs); err != nil {
+		return err
+	}
+	if delay == 0 {
+		q.lastSent.Store(max64(q.lastSent.Load(), ack.Sequence))
+		q.woke()
+	}
+	return nil
+}
+
+// publishBatch publishes msgs as one atomic batch: the server stores all of
+// them at the commit or none.
+func (q *jsQueue) publishBatch(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
+	id := uuid.NewString()
+	for i, m := range msgs {
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i < len(msgs)-1 {
+			if err := q.nc.PublishMsg(m); err != nil {
+				return nil, fmt.Errorf("publish batch to %s: message %d: %w", q.stream, i+1, err)
+			}
+			continue
+		}
+		m.Header.Set("Nats-Batch-Commit", "1")
+	}
+	ack, err := q.js.PublishMsg(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return nil, fmt.Errorf("publish batch to %s: commit: %w", q.stream, err)
+	}
+	return ack, nil
+}
+
+// receipt is a parsed receipt: "js1:<deadline ms>:<lease ms>:<ack subject>".
+type receipt struct {
+	deadline time.Time
+	lease    time.Duration
+	reply    string
+	seq      uint64
+}
+
+// parseReceipt reads a receipt of this queue; ok is false for anything this
+// queue could not have issued.
+func (q *jsQueue) parseReceipt(s string) (receipt, bool) {
+	rest, ok := strings.CutPrefix(s, receiptPrefix)
+	if !ok {
+		return receipt{}, false
+	}
+	parts := strings.SplitN(rest, ":", 3)
+	if len(parts) != 3 {
+		return receipt{}, false
+	}
+	dl, err1 := strconv.ParseInt(parts[0], 10, 64)
+	ls, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || ls <= 0 {
+		return receipt{}, false
+	}
+	d, ok := q.parseAck(parts[2])
+	if !ok {
+		return receipt{}, false
+	}
+	return receipt{deadline: time.UnixMilli(dl), lease: time.Duration(ls) * time.Millisecond,
+		reply: parts[2], seq: d.seq}, true
+}
+
+// delivery is what an ack subject says about its delivery.
+type delivery struct {
+	seq       uint64    // stream sequence: the message id
+	delivered uint64    // deliveries so far, this one included
+	stored    time.Time // when the stream stored the message
+}
+
+// parseAck reads an ack subject of this queue's consumer:
+// $JS.ACK[.<domain>.<account hash>].<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>[.<token>]
+func (q *jsQueue) parseAck(subject string) (delivery, bool) {
+	toks := strings.Split(subject, ".")
+	if len(toks) < 9 || toks[0] != "$JS" || toks[1] != "ACK" {
+		return delivery{}, false
+	}
+	i := 2
+	if len(toks) >= 12 {
+		i = 4
+	}
+	if toks[i] != q.stream || toks[i+1] != consumerName {
+		return delivery{}, false
+	}
+	dc, err1 := strconv.ParseUint(toks[i+2], 10, 64)
+	seq, err2 := strconv.ParseUint(toks[i+3], 10, 64)
+	ts, err3 := strconv.ParseInt(toks[i+5], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || seq == 0 || dc == 0 {
+		return delivery{}, false
+	}
+	return delivery{seq: seq, delivered: dc, stored: time.Unix(0, ts)}, true
+}
+
+// staleMargin is how long before its deadline a receipt is refused: a
+// quarter of its lease, at most 250 ms. It covers the time between our
+// stamp of the deadline and the server's (ours is taken first, so it is the
+// earlier one) and clock skew between the processes using one receipt; skew
+// beyond it can let an old receipt ack a redelivered message.
+func staleMargin(lease time.Duration) time.Duration {
+	return min(lease/4, 250*time.Millisecond)
+}
+
+// live reports whether r may still act on its delivery.
+func (q *jsQueue) live(s string, r receipt) bool {
+	q.mu.Lock()
+	_, dead := q.dead[s]
+	dl, ok := q.extended[s]
+	q.mu.Unlock()
+	if dead {
+		return false
+	}
+	if !ok {
+		dl = r.deadline
+	}
+	return time.Now().Before(dl.Add(-staleMargin(r.lease)))
+}
+
+// exists reports whether the message with stream sequence seq is stored.
+func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
+	_, err := q.st.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get message %d: %w", seq, err)
+	}
+	return true, nil
+}
+
+// catchUpWait bounds how long a Receive waits for
+// the consumer to see this handle's own last send (see Receive).
+const catchUpWait = 500 * time.Millisecond
+
+// Receive pulls up to max messages (a raw no-wait pull request), then gives
+// each its own lease with a Nak-with-delay (which counts no delivery), sent
+// raw to the ack subject and flushed before the receipts are handed out.
+//
+// Read-your-writes: the consumer learns of stored messages asynchronously
+// (on a replicated queue its leader may also be a follower of the stream
+// that has not yet applied a send the stream's leader acknowledged);
+// measured: a receive right after an acknowledged send found nothing, on a
+// single node too, or one of two on a cluster. So when a pull gives fewer than max and the consumer has not yet
+// delivered this handle's last sent sequence to anyone, Receive pulls again
+// (1 ms, doubling, up to catchUpWait in all).
+func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
+	if err := q.check(true); err != nil {
+		return nil, err
+	}
+	out, err := q.pullRetry(ctx, max, lease)
+	if err != nil || len(out) == max {
+		return out, err
+	}
+	lastSent := q.lastSent.Load()
+	deadline := time.Now().Add(catchUpWait)
+	for wait := time.Millisecond; len(out) < max && lastSent > 0; wait = min(2*wait, 50*time.Millisecond) {
+		seen := uint64(0)
+		for _, m := range out {
+			seen = max64(seen, uint64(m.ID))
+		}
+		if seen >= lastSent {
+			break
+		}
+		ci, err := q.cons.Info(ctx)
+		if err != nil {
+			return out, nil // what we have is valid; the catch-up is best effort
+		}
+		if ci.Delivered.Stream >= lastSent || time.Now().After(deadline) {
+			break
+		}
+		if ok, err := q.exists(ctx, lastSent); err != nil || !ok {
+			break // purged (by any handle) before it was delivered
+		}
+		select {
+		case <-ctx.Done():
+			return out, nil
+		case <-time.After(wait):
+		}
+		more, err := q.pull(ctx, max-len(out), lease)
+		if err != nil {
+			return out, nil
+		}
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// electionWait bounds how long a call waits for a consumer leader (just
+// after the consumer was created, or while its leader moves).
+const electionWait = 5 * time.Second
+
+// pullRetry is pull, retried while the consumer has no leader ("no
+// responders": just created, or its leader moving).
+func (q *jsQueue) pullRetry(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
+	deadline := time.Now().Add(electionWait)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		out, err := q.pull(ctx, max, lease)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pull is one no-wait pull request for up to max messages.
+func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
+	inbox := nats.NewInbox()
+	sub, err := q.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
+	}
+	defer sub.Unsubscribe()
+	req := fmt.Sprintf(`{"batch":%d,"no_wait":true}`, max)
+	if err := q.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+consumerName, inbox, []byte(req)); err != nil {
+		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	var out []driver.Message
+	for len(out) < max {
+		m, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			if len(out) > 0 {
+				break
+			}
+			return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
+		}
+		if status := m.Header.Get("Status"); status != "" || len(m.Data) == 0 && m.Reply == "" {
+			if status == "100" { // heartbeat or flow control
+				continue
+			}
+			break // 404 no messages, 408 request expired or pending, 409 ...
+		}
+		d, ok := q.parseAck(m.Reply)
+		if !ok {
+			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
+		}
+		deadline := time.Now().Add(lease)
+		if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
+			return nil, fmt.Errorf("set lease of message %d: %w", d.seq, err)
+		}
+		enq := d.stored
+		if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
+			enq = time.UnixMilli(v)
+		}
+		out = append(out, driver.Message{
+			ID:            int64(d.seq),
+			ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply,
+			Attempt:       int(d.delivered),
+			Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
+			EnqueuedAt:    enq,
+		})
+	}
+	if len(out) > 0 {
+		if err := q.flush(ctx); err != nil {
+			return nil, fmt.Errorf("set leases: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// nakDelay is the body of a Nak that redelivers after d.
+func nakDelay(d time.Duration) []byte {
+	if d <= 0 {
+		return []byte("-NAK")
+	}
+	return []byte(`-NAK {"delay": ` + strconv.FormatInt(int64(d), 10) + `}`)
+}
+
+func (q *jsQueue) Ack(ctx context.Context, s string) error {
+	if err := q.check(true); err != nil {
+		return err
+	}
+	r, ok := q.parseReceipt(s)
+	if !ok {
+		return nil // never issued: a no-op, as the format specifies
+	}
+	if !q.live(s, r) {
+		gone, err := q.gone(ctx, r)
+		if err != nil || gone {
+			return err
+		}
+		return driver.ErrStaleReceipt
+	}
+	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
+		return fmt.Errorf("ack message %d: %w", r.seq, err)
+	}
+	q.forget(s)
+	if q.replicated {
+		return q.waitGone(ctx, r.seq)
+	}
+	return nil
+}
+
+// ackSettle bounds waitGone.
+const ackSettle = 5 * time.Second
+
+// waitGone waits until the stream no longer holds seq. On a replicated
+// stream the ack's reply comes from the consumer's leader before the
+// stream's leader has removed the message (measured: Peek right after an
+// acknowledged ack still showed it); an Ack returns once the removal is
+// visible, so the caller reads its own ack.
+func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
+	deadline := time.Now().Add(ackSettle)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := q.exists(ctx, seq)
+		if err != nil || !ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ack message %d: still stored %s after the ack was confirmed", seq, ackSettle)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
+	ok, err := q.exists(ctx, r.seq)
+	return !ok, err
+}
+
+func (q *jsQueue) forget(s string) {
+	q.mu.Lock()
+	delete(q.extended, s)
+	q.mu.Unlock()
+}
+
+// pruneLimit is the size of the handle's receipt maps above which entries
+// past their deadline (refused by the deadline alone) are dropped.
+const pruneLimit = 1024
+
+func (q *jsQueue) pruneLocked() {
+	if len(q.dead)+len(q.extended) <= pruneLimit {
+		return
+	}
+	now := time.Now()
+	for k, dl := range q.dead {
+		if now.After(dl) {
+			delete(q.dead, k)
+		}
+	}
+	for k, dl := range q.extended {
+		if now.After(dl) {
+			delete(q.extended, k)
+		}
+	}
+}
+
+func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]int, error) {
+	var stale []int
+	for i, s := range receipts {
+		err := q.Ack(ctx, s)
+		if errors.Is(err, driver.ErrStaleReceipt) {
+			stale = append(stale, i)
+			continue
+		}
+		if err != nil {
+			return stale, err
+		}
+	}
+	return stale, nil
+}
+
+func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error {
+	if err := q.check(true); err != nil {
+		return err
+	}
+	r, ok := q.parseReceipt(s)
+	if !ok {
+		return nil
+	}
+	if !q.live(s, r) {
+		gone, err := q.gone(ctx, r)
+		if err != nil || gone {
+			return err
+		}
+		return driver.ErrStaleReceipt
+	}
+	if err := q.nc.Publish(r.reply, nakDelay(delay)); err != nil {
+		return fmt.Errorf("nack message %d: %w", r.seq, err)
+	}
+	if err := q.flush(ctx); err != nil {
+		return fmt.Errorf("nack message %d: %w", r.seq, err)
+	}
+	q.mu.Lock()
+	dl := r.deadline
+	if e, ok := q.extended[s]; ok {
+		dl = e
+	}
+	q.dead[s] = dl // an ack after this handle's own nack is refused
+	delete(q.extended, s)
+	q.pruneLocked()
+	q.mu.Unlock()
+	q.woke()
+	return nil
+}
+
+func (q *jsQueue) Extend(ctx context.Context, s string, d time.Duration) error {
+	if err := q.check(true); err != nil {
+		return err
+	}
+	r, ok := q.parseReceipt(s)
+	if !ok {
+		return bindings.Errorf(bindings.CodeInvalidInput, "receipt: %q is not a receipt of jetstream queue %q", s, q.name)
+	}
+	exists, err := q.exists(ctx, r.seq)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return driver.ErrMessageGone
+	}
+	if !q.live(s, r) {
+		return driver.ErrStaleReceipt
+	}
+	deadline := time.Now().Add(d)
+	if err := q.nc.Publish(r.reply, nakDelay(d)); err != nil {
+		return fmt.Errorf("extend message %d: %w", r.seq, err)
+	}
+	if err := q.flush(ctx); err != nil {
+		return fmt.Errorf("extend message %d: %w", r.seq, err)
+	}
+	q.mu.Lock()
+	q.extended[s] = deadline
+	q.pruneLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+func (q *jsQueue) Purge(ctx context.Context) error {
+	if err := q.check(true); err != nil {
+		return err
+	}
+	if err := q.st.Purge(ctx); err != nil {
+		return fmt.Errorf("purge %s: %w", q.stream, err)
+	}
+	q.lastSent.Store(0)
+	return nil
+}
+
+// errNotYet is what the parts the engine does not implement yet return.
+func errNotYet(op string) error {
+	return bindings.Errorf(bindings.CodeInvalidInput, "%s: not implemented on the jetstream engine yet", op)
+}
+
+// Peek reads the stream without touching the consumer: the queue's
+// messages in stream order, then the delayed sends (message schedules) in
+// the order they were sent. What the server does not expose per message is
+// approximated, and said so here: Attempt is 0 before the first delivery
+// and 1 after it (the consumer's redelivery counts are not readable per
+// message), and a delivered message's VisibleAt is zero (its lease end is
+// the server's).
+func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, error) {
+	if err := q.check(false); err != nil {
+		return nil, err
+	}
+	ci, err := q.cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read consumer of %s: %w", q.stream, err)
+	}
+	delivered := ci.Delivered.Stream
+	var out []driver.PeekedMessage
+	for _, subj := range []string{q.subject, "lcqs." + q.name + ".>"} {
+		for seq := uint64(1); len(out) < limit; {
+			m, err := q.st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("peek %s: %w", q.stream, err)
+			}
+			seq = m.Sequence + 1
+			pm := driver.PeekedMessage{ID: int64(m.Sequence), EnqueuedAt: m.Time,
+				Payload: driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)}}
+			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
+				pm.EnqueuedAt = time.UnixMilli(v)
+			}
+			switch {
+			case subj != q.subject: // delayed: due at its schedule
+				if at, ok := strings.CutPrefix(m.Header.Get("Nats-Schedule"), "@at "); ok {
+					pm.VisibleAt, _ = time.Parse(time.RFC3339Nano, at)
+				}
+			case m.Sequence <= delivered:
+				pm.Attempt, pm.Delivered = 1, true
+			default:
+				pm.VisibleAt = pm.EnqueuedAt
+			}
+			out = append(out, pm)
+		}
+	}
+	return out, nil
+}
+
+// Stats counts from the stream's state (its leader: what this process sent
+// is counted) and the consumer's (deliveries are counted when they happen):
+// Total is every message, delayed ones included; Delayed the message
+// schedules not yet fired; InFlight the delivered messages not yet acked
+// and not queued for redelivery, plus the delayed ones; Due the rest. A message whose lease ran out counts as in flight
+// until the server queues it for redelivery (the server holds the lease
+// ends).
+func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
+	if err := q.check(false); err != nil {
+		return driver.Stats{}, err
+	}
+	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter(q.subject))
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("read %s: %w", q.stream, err)
+	}
+	ci, err := q.cons.Info(ctx)
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("read consumer of %s: %w", q.stream, err)
+	}
+	total := int64(si.State.Msgs)
+	onSubject := int64(si.State.Subjects[q.subject])
+	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
+	due = min(max(due, 0), onSubject)
+	st := driver.Stats{Due: due, InFlight: total - due, Delayed: total - onSubject, Total: total}
+	if total > 0 {
+		if m, err := q.st.GetMsg(ctx, si.State.FirstSeq); err == nil {
+			st.Oldest = m.Time
+			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
+				st.Oldest = time.UnixMilli(v)
+			}
+		}
+	}
+	return st, nil
+}
+
+func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.RedriveResult, error) {
+	return driver.RedriveResult{}, errNotYet("redrive")
+}
+
+// WaitChans: local is closed by this handle's sends and nacks; there is no
+// remote signal yet (Consume falls back to its poll).
+func (q *jsQueue) WaitChans() (local, remote <-chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.wake, nil
+}
+
+// NextDue is not known to the client (the server holds lease ends and
+// schedules).
+func (q *jsQueue) NextDue(ctx context.Context, after time.Time) (time.Time, bool, error) {
+	return time.Time{}, false, nil
+}
+
+func (q *jsQueue) Done() <-chan struct{} { return q.done }
+
+func (q *jsQueue) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
+	return nil
+}
+
+// flushTimeout bounds a flush when ctx has no deadline of its own.
+const flushTimeout = 10 * time.Second
+
+// flush waits until the server has processed everything this connection
+// sent (the lease Naks, a nack): a round trip.
+func (q *jsQueue) flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+	}
+	return q.nc.FlushWithContext(ctx)
+}
