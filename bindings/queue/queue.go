@@ -109,6 +109,20 @@ attempts INTEGER NOT NULL, -- deliveries before the move
 last_receipt TEXT, -- receipt handle of the last delivery, NULL if none
 started_at INTEGER NOT NULL -- unix epoch MILLISECONDS
 );
+CREATE TABLE IF NOT EXISTS lc_arrivals (
+move_token TEXT NOT NULL UNIQUE, -- lc_moves.token of the move in the source: unique to that one move
+kind TEXT NOT NULL, -- 'dead-letter' | 'redrive'
+origin_store TEXT NOT NULL, -- location of the store the message came from
+origin_id INTEGER NOT NULL, -- its messages.id there (not a key: ids repeat after a restore)
+origin_binding TEXT NOT NULL, -- its binding name, '' if unknown
+attempts INTEGER NOT NULL, -- deliveries there
+last_receipt TEXT, -- receipt handle of the last delivery there
+origin_enqueued_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+arrived_at INTEGER NOT NULL, -- unix epoch MILLISECONDS
+message_id INTEGER -- messages.id here
+);
+CREATE INDEX IF NOT EXISTS lc_arrivals_message ON lc_arrivals (message_id);
+CREATE INDEX IF NOT EXISTS lc_arrivals_legacy ON lc_arrivals (origin_store, origin_id) WHERE move_token LIKE 'legacy:%';
 CREATE TABLE IF NOT EXISTS lc_dead_letters (
 origin_store TEXT NOT NULL, -- location of the queue the message died in
 origin_id INTEGER NOT NULL, -- its messages.id there
@@ -121,6 +135,10 @@ dlq_message_id INTEGER, -- messages.id here
 PRIMARY KEY (origin_store, origin_id)
 );
 CREATE INDEX IF NOT EXISTS lc_dead_letters_message ON lc_dead_letters (dlq_message_id);
+CREATE TABLE IF NOT EXISTS lc_dead_letter_reasons (
+dlq_message_id INTEGER PRIMARY KEY, -- messages.id here of a dead letter that was not spent but undeliverable
+reason TEXT NOT NULL -- why its origin could not deliver it (rows.go)
+);
 CREATE TABLE IF NOT EXISTS lc_redriven (
 dlq_store TEXT NOT NULL, -- location of the dead-letter queue
 dlq_id INTEGER NOT NULL, -- the message's messages.id there
