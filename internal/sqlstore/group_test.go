@@ -198,4 +198,3 @@ func TestGroupCommitCancelledWaiter(t *testing.T) {
 		}
 	}
 }
-
