@@ -45,6 +45,7 @@ func BenchmarkQueueSendConcurrent(b *testing.B) {
 			}
 			wg.Wait()
 			reportRate(b, b.N, "sends/s")
+			reportGroups(b, q, b.N)
 			all := slices.Concat(lat...)
 			slices.Sort(all)
 			if len(all) > 0 {

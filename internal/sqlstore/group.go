@@ -220,6 +220,31 @@ func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 		op.err = st.QueryRowContext(ctx, op.args...).Scan(op.dest...)
 		return op.err
 	}
-	op.res, op.err = st.ExecContext(ctx, op.args...)
-	return op.err
+	res, err := st.ExecContext(ctx, op.args...)
+	if err != nil {
+		op.err = err
+		return err
+	}
+	// Read the result now, under the write lock: database/sql's result
+	// locks the writer connection for each of its calls, so a caller
+	// reading it later would wait for the next group's statements (and
+	// miss joining that group).
+	var r result
+	r.id, r.idErr = res.LastInsertId()
+	r.n, r.nErr = res.RowsAffected()
+	op.res = r
+	return nil
 }
+
+// result is an Exec's sql.Result, read once.
+type result struct {
+	id, n       int64
+	idErr, nErr error
+}
+
+func (r result) LastInsertId() (int64, error) { return r.id, r.idErr }
+func (r result) RowsAffected() (int64, error) { return r.n, r.nErr }
+
+// GroupCommits is how many transactions Exec and WriteRow have committed on
+// this handle: with writers waiting on each other, fewer than their calls.
+func (db *DB) GroupCommits() int64 { return db.group.commits.Load() }
