@@ -406,19 +406,21 @@ func (c *consumer) ackBatch(msgs []Message) {
 	}
 }
 
-// ackMany is Ack of several messages in one go. A stale receipt does not
-// fail the others; it is returned in stale.
+// ackMany is Ack of several messages in one go (AckBatch). A stale receipt
+// does not fail the others; it is returned in stale.
 func (q *Queue) ackMany(ctx context.Context, msgs []Message) (stale []Message, err error) {
 	receipts := make([]string, len(msgs))
 	for i, m := range msgs {
 		receipts[i] = m.ReceiptHandle
 	}
-	idx, err := q.drv.AckBatch(ctx, receipts)
+	outcomes, err := q.drv.AckBatch(ctx, receipts)
 	if err != nil {
 		return nil, opErr(err, "ack %d messages", len(msgs))
 	}
-	for _, i := range idx {
-		stale = append(stale, msgs[i])
+	for i, o := range outcomes {
+		if o == AckStale {
+			stale = append(stale, msgs[i])
+		}
 	}
 	return stale, nil
 }
