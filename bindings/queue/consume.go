@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -255,6 +256,19 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 		case evFree:
 			idle++
+			// Count every worker that finished meanwhile, so the next claim
+			// takes a batch for all of them instead of one message each;
+			// first let workers that are about to finish (runnable, as after
+			// a short handler) do so.
+			runtime.Gosched()
+			for drained := false; !drained; {
+				select {
+				case <-c.free:
+					idle++
+				default:
+					drained = true
+				}
+			}
 		case evWake:
 			look = true
 		}
