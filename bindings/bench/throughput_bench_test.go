@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -115,6 +116,9 @@ func BenchmarkKVGetScale(b *testing.B) {
 				}
 			}
 			r := reportRate(b, b.N, "gets/s")
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 			if c.keys == 10_000 {
 				rate10k = r
 			} else if rate10k > 0 {
