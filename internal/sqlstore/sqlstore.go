@@ -70,9 +70,6 @@ type Options struct {
 	ReadOnly bool
 }
 
-// ReaderCacheKiB is the page cache of each reader connection, in KiB.
-const ReaderCacheKiB = 65536
-
 // DB is one open store file.
 type DB struct {
 	Path   string // database file, or "memory:<name>"
@@ -165,12 +162,6 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		wq.Set("_txlock", "immediate")
 	}
 	q.Add("_pragma", "query_only(1)")
-	// Readers keep up to ReaderCacheKiB of pages each (SQLite's default is
-	// 2 MiB): point reads of a large store then find its b-tree pages in
-	// the cache instead of reading them from the file again
-	// (BenchmarkKVGetScale). Pages are cached as they are read, so a small
-	// store costs no more than before.
-	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", ReaderCacheKiB))
 	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
