@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -255,6 +256,19 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 		case evFree:
 			idle++
+			// Count every worker that finished meanwhile, so the next claim
+			// takes a batch for all of them instead of one message each;
+			// first let workers that are about to finish (runnable, as after
+			// a short handler) do so.
+			runtime.Gosched()
+			for drained := false; !drained; {
+				select {
+				case <-c.free:
+					idle++
+				default:
+					drained = true
+				}
+			}
 		case evWake:
 			look = true
 		}
@@ -406,19 +420,21 @@ func (c *consumer) ackBatch(msgs []Message) {
 	}
 }
 
-// ackMany is Ack of several messages in one go. A stale receipt does not
-// fail the others; it is returned in stale.
+// ackMany is Ack of several messages in one go (AckBatch). A stale receipt
+// does not fail the others; it is returned in stale.
 func (q *Queue) ackMany(ctx context.Context, msgs []Message) (stale []Message, err error) {
 	receipts := make([]string, len(msgs))
 	for i, m := range msgs {
 		receipts[i] = m.ReceiptHandle
 	}
-	idx, err := q.drv.AckBatch(ctx, receipts)
+	outcomes, err := q.drv.AckBatch(ctx, receipts)
 	if err != nil {
 		return nil, opErr(err, "ack %d messages", len(msgs))
 	}
-	for _, i := range idx {
-		stale = append(stale, msgs[i])
+	for i, o := range outcomes {
+		if o == AckStale {
+			stale = append(stale, msgs[i])
+		}
 	}
 	return stale, nil
 }

@@ -368,6 +368,45 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	return opErr(q.drv.Ack(ctx, receipt), "ack receipt %q", receipt)
 }
 
+// MaxAckBatch is the most receipts one AckBatch takes.
+const MaxAckBatch = 100
+
+// AckOutcome is what AckBatch did with one receipt: AckCurrent,
+// AckGone or AckStale. It is driver.AckOutcome.
+type AckOutcome = driver.AckOutcome
+
+const (
+	// AckCurrent: the receipt was current; its message is deleted.
+	AckCurrent = driver.AckCurrent
+	// AckGone: its message was already gone (acked, purged, moved), or
+	// the receipt is none this queue could have issued; nothing changed
+	// (Ack succeeds then).
+	AckGone = driver.AckGone
+	// AckStale: the message was redelivered under a newer receipt and was
+	// not deleted (Ack fails with ErrStaleReceipt then).
+	AckStale = driver.AckStale
+)
+
+// AckBatch acks 1..MaxAckBatch receipts at once (on the SQLite engine in
+// one transaction, much cheaper than an Ack each) and returns each
+// receipt's outcome, outcomes[i] for receipts[i]. A stale or gone receipt
+// does not fail the others: it is an outcome, not an error. An error
+// (INVALID_INPUT for a batch size out of range; QUEUE_OPERATION_FAILED)
+// means none of them was acked.
+func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]AckOutcome, error) {
+	if len(receipts) < 1 || len(receipts) > MaxAckBatch {
+		return nil, bindings.Errorf(bindings.CodeInvalidInput, "receipts: must hold between 1 and %d receipts, got %d", MaxAckBatch, len(receipts))
+	}
+	out, err := q.drv.AckBatch(ctx, receipts)
+	if err != nil {
+		return nil, opErr(err, "ack batch of %d receipts", len(receipts))
+	}
+	if len(out) != len(receipts) {
+		return nil, bindings.Errorf(bindings.CodeQueueOperationFailed, "ack batch of %d receipts: the engine returned %d outcomes", len(receipts), len(out))
+	}
+	return out, nil
+}
+
 // Nack makes the message due again at once, or with WithDelay after a
 // back-off (its attempt count is kept either way), so it is redelivered
 // under a new receipt. Receipt rules are those of Ack; an invalid delay is

@@ -85,6 +85,8 @@ type DB struct {
 	ro     bool
 	goBusy bool // busy waits happen in begin, not in SQLite
 
+	group committer // group commit of Exec and WriteRow (group.go)
+
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // prepared on w
 	rstmts map[string]*sql.Stmt // prepared on R
@@ -444,60 +446,37 @@ func (db *DB) retryBusy(ctx context.Context, op func() error) error {
 	return err
 }
 
-// WriteRow runs one write statement with a RETURNING clause on its own
-// (autocommit) under the store's write lock and scans its first row into
-// dest. sql.ErrNoRows means the statement changed nothing.
+// WriteRow runs one write statement with a RETURNING clause under the
+// store's write lock and scans its first row into dest. sql.ErrNoRows means
+// the statement changed nothing. Like Exec it joins a group commit when
+// other writers of the handle wait.
 func (db *DB) WriteRow(ctx context.Context, query string, args []any, dest ...any) error {
 	if db.ro {
 		return ErrReadOnly
 	}
-	release, err := db.lock.acquire(ctx, db.log)
-	if err != nil {
-		return err
+	if dest == nil {
+		dest = []any{}
 	}
-	defer release()
-	st, err := db.stmt(ctx, query)
-	if err != nil {
-		return db.fsErr(err)
-	}
-	err = db.retryBusy(ctx, func() error {
-		// Scan closes the row, which ends (commits) the statement.
-		return st.QueryRowContext(context.WithoutCancel(ctx), args...).Scan(dest...)
-	})
-	if err == nil {
-		db.ckpt.committed()
-	}
-	return db.fsErr(err)
+	op := &groupOp{ctx: ctx, query: query, args: args, dest: dest}
+	db.submit(op)
+	return op.err
 }
 
-// Exec runs one write statement on its own (autocommit: the statement is
-// its transaction) under the store's write lock. It saves the separate
-// BEGIN and COMMIT round trips of Write for writes that are one statement.
-// The statement itself is not interrupted by ctx, so a returned error means
-// it did not happen.
+// Exec runs one write statement under the store's write lock and returns
+// after it committed. A lone writer runs it on its own (autocommit: the
+// statement is its transaction), which saves the BEGIN and COMMIT round
+// trips of Write; writers that find the lock busy wait and commit together
+// in one BEGIN IMMEDIATE transaction (group commit, group.go), each with
+// its own result, and a statement that fails there fails alone. The
+// statement itself is not interrupted by ctx, so a returned error means it
+// did not happen.
 func (db *DB) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if db.ro {
 		return nil, ErrReadOnly
 	}
-	release, err := db.lock.acquire(ctx, db.log)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	st, err := db.stmt(ctx, query)
-	if err != nil {
-		return nil, db.fsErr(err)
-	}
-	var res sql.Result
-	err = db.retryBusy(ctx, func() error {
-		var err error
-		res, err = st.ExecContext(context.WithoutCancel(ctx), args...)
-		return err
-	})
-	if err == nil {
-		db.ckpt.committed()
-	}
-	return res, db.fsErr(err)
+	op := &groupOp{ctx: ctx, query: query, args: args}
+	db.submit(op)
+	return op.res, op.err
 }
 
 func (db *DB) initSchema(ctx context.Context, tx *Tx) error {

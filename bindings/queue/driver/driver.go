@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 )
 
@@ -40,6 +41,34 @@ var ErrStaleReceipt = errors.New("stale receipt: the message was redelivered und
 // ErrMessageGone is what an engine returns (or wraps) for an Extend whose
 // message no longer exists. queue.ErrMessageGone is this error.
 var ErrMessageGone = errors.New("message not found: acked, purged or moved")
+
+// AckOutcome is what a batch ack did with one receipt.
+type AckOutcome uint8
+
+const (
+	// AckCurrent: the receipt was current and its message is deleted.
+	AckCurrent AckOutcome = iota
+	// AckGone: the message was already gone (acked, purged, moved), or
+	// the receipt is none the engine could have issued; nothing changed,
+	// as for Ack, which succeeds then.
+	AckGone
+	// AckStale: the message was redelivered under a newer receipt; it was
+	// not deleted (Ack fails with ErrStaleReceipt then).
+	AckStale
+)
+
+// String is "current", "gone" or "stale".
+func (o AckOutcome) String() string {
+	switch o {
+	case AckCurrent:
+		return "current"
+	case AckGone:
+		return "gone"
+	case AckStale:
+		return "stale"
+	}
+	return "AckOutcome(" + strconv.Itoa(int(o)) + ")"
+}
 
 // Engine opens queues.
 type Engine interface {
@@ -218,9 +247,11 @@ type Queue interface {
 	// Ack deletes the message of receipt. A receipt the engine could not
 	// have issued, or whose message is gone, is a success.
 	Ack(ctx context.Context, receipt string) error
-	// AckBatch acks several receipts at once; a stale receipt does not fail
-	// the others and its index is returned in stale.
-	AckBatch(ctx context.Context, receipts []string) (stale []int, err error)
+	// AckBatch acks several receipts at once (the SQLite engine: in one
+	// transaction) and returns each receipt's outcome, outcomes[i] for
+	// receipts[i]: a stale receipt does not fail the others. An error means
+	// none of them was acked.
+	AckBatch(ctx context.Context, receipts []string) (outcomes []AckOutcome, err error)
 	// Nack makes the message of receipt due delay from now, keeping its
 	// attempt count. Receipt rules are Ack's.
 	Nack(ctx context.Context, receipt string, delay time.Duration) error

@@ -77,12 +77,15 @@ func (q *Queue) NextDue(ctx context.Context, after time.Time) (next time.Time, o
 	return time.UnixMilli(ms), true, nil
 }
 
-// AckBatch is Ack of several receipts in one transaction. A stale receipt
-// does not fail the others; its index is returned in stale.
-func (q *Queue) AckBatch(ctx context.Context, receipts []string) (stale []int, err error) {
-	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		stale = stale[:0]
+// AckBatch is Ack of several receipts in one transaction, with each
+// receipt's outcome: current (deleted), gone (no such message, or not a
+// receipt of the form "{id}:{uuid}") or stale (redelivered since: not
+// deleted). A stale receipt does not fail the others.
+func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
+	out := make([]driver.AckOutcome, len(receipts))
+	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		for i, r := range receipts {
+			out[i] = driver.AckGone
 			id, u, ok := parseReceipt(r)
 			if !ok {
 				continue
@@ -91,8 +94,14 @@ func (q *Queue) AckBatch(ctx context.Context, receipts []string) (stale []int, e
 			if err != nil {
 				return err
 			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				out[i] = driver.AckCurrent
+				continue
+			}
 			if err := q.staleIfExists(ctx, tx, res, id); errors.Is(err, ErrStaleReceipt) {
-				stale = append(stale, i)
+				out[i] = driver.AckStale
 			} else if err != nil {
 				return err
 			}
@@ -102,7 +111,7 @@ func (q *Queue) AckBatch(ctx context.Context, receipts []string) (stale []int, e
 	if err != nil {
 		return nil, opErr(err, "ack %d messages", len(receipts))
 	}
-	return stale, nil
+	return out, nil
 }
 
 // delayMillis is d in whole milliseconds, rounded up so that a message is

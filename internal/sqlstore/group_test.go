@@ -1,0 +1,200 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// holdWriteLock runs a Write that keeps the write lock until n writers wait
+// in the handle's group, so that they all find the lock busy.
+func holdWriteLock(t *testing.T, db *DB, n int) {
+	t.Helper()
+	err := db.Write(context.Background(), func(*Tx) error { return waitPending(db, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Writers that find the write lock busy commit together in one
+// transaction, and each gets its own result.
+func TestGroupCommitJoinsWaitingWriters(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	const n = 16
+	before := db.group.commits.Load()
+	var wg sync.WaitGroup
+	ids := make([]int64, n)
+	errs := make([]error, n)
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res sql.Result
+			res, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, ?, ?)`, fmt.Sprint("g", i), []byte("v"), i)
+			if errs[i] == nil {
+				ids[i], _ = res.LastInsertId()
+			}
+		}()
+	}
+	wg.Wait()
+	<-hold
+	seen := map[int64]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("writer %d: %v", i, errs[i])
+		}
+		if ids[i] == 0 || seen[ids[i]] {
+			t.Fatalf("writer %d got rowid %d; all: %v", i, ids[i], ids)
+		}
+		seen[ids[i]] = true
+	}
+	if got := db.group.commits.Load() - before; got != 1 {
+		t.Fatalf("%d waiting writers took %d transactions, want 1", n, got)
+	}
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != n {
+		t.Fatalf("rows: %d, %v; want %d", count, err, n)
+	}
+}
+
+// waitPending waits until n writers wait in db's group (at least n when
+// n > 0; exactly -n when n < 0).
+func waitPending(db *DB, n int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		db.group.mu.Lock()
+		k := len(db.group.pending)
+		db.group.mu.Unlock()
+		if n > 0 && k >= n || n < 0 && k == -n {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("waiting writers: want %d", n)
+}
+
+// A statement that fails in a group fails alone: the others commit, its
+// row is not written, and its caller gets its own error.
+func TestGroupCommitBadWriteFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	if _, err := db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES ('dup', x'00', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 9
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := fmt.Sprint("ok", i)
+			if i == 4 {
+				k = "dup" // primary key taken: this statement fails
+			}
+			if i == 6 {
+				// WriteRow that matches nothing: sql.ErrNoRows, not a failure
+				var k2 string
+				errs[i] = db.WriteRow(ctx, `UPDATE t SET n = 1 WHERE k = 'absent' RETURNING k`, nil, &k2)
+				return
+			}
+			_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, k, i)
+		}()
+	}
+	wg.Wait()
+	<-hold
+	for i, err := range errs {
+		switch i {
+		case 4:
+			if err == nil || !strings.Contains(err.Error(), "UNIQUE") {
+				t.Fatalf("duplicate insert: %v, want a UNIQUE constraint error", err)
+			}
+		case 6:
+			if !errors.Is(err, sql.ErrNoRows) {
+				t.Fatalf("WriteRow matching nothing: %v, want sql.ErrNoRows", err)
+			}
+		default:
+			if err != nil {
+				t.Fatalf("writer %d: %v", i, err)
+			}
+		}
+	}
+	var count int
+	var v []byte
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != n-2+1 {
+		t.Fatalf("rows: %d, %v; want %d", count, err, n-2+1)
+	}
+	if err := db.R.QueryRow(`SELECT v FROM t WHERE k = 'dup'`).Scan(&v); err != nil || string(v) != "\x00" {
+		t.Fatalf("the taken row: %q, %v; it must be unchanged", v, err)
+	}
+}
+
+// A waiting writer whose ctx ends leaves the group and nothing of it is
+// written; the others still commit.
+func TestGroupCommitCancelledWaiter(t *testing.T) {
+	db := openRaw(t)
+	const n = 4
+	hold := make(chan struct{})
+	cctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer close(hold)
+		// Hold the lock until all n wait, cancel one, and release it only
+		// once that one has left the group.
+		err := db.Write(context.Background(), func(*Tx) error {
+			if err := waitPending(db, n); err != nil {
+				return err
+			}
+			cancel()
+			return waitPending(db, -(n - 1))
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if i == 2 {
+				ctx = cctx
+			}
+			_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint("c", i), i)
+		}()
+	}
+	wg.Wait()
+	<-hold
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t WHERE k = 'c2'`).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[2], context.Canceled) || count != 0 {
+		t.Fatalf("cancelled writer: err %v and %d rows; want context.Canceled and none", errs[2], count)
+	}
+	for i, err := range errs {
+		if i != 2 && err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+}
