@@ -590,19 +590,51 @@ func (q *jsQueue) pruneLocked() {
 	}
 }
 
-func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]int, error) {
-	var stale []int
+func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
+	if err := q.check(true); err != nil {
+		return nil, err
+	}
+	out := make([]driver.AckOutcome, len(receipts))
 	for i, s := range receipts {
-		err := q.Ack(ctx, s)
-		if errors.Is(err, driver.ErrStaleReceipt) {
-			stale = append(stale, i)
+		// One ack each (JetStream acks one delivery per request); the
+		// outcome is decided as Ack decides it.
+		r, ok := q.parseReceipt(s)
+		switch {
+		case !ok:
+			out[i] = driver.AckGone // never issued: a no-op, as the format specifies
+			continue
+		case !q.live(s, r):
+			gone, err := q.gone(ctx, r)
+			if err != nil {
+				return out[:i], err
+			}
+			out[i] = driver.AckStale
+			if gone {
+				out[i] = driver.AckGone
+			}
 			continue
 		}
+		// A live receipt acked already (twice in one batch, or by an
+		// earlier Ack of this handle): the stream no longer holds it, and
+		// JetStream would take a second +ACK without a word.
+		held, err := q.exists(ctx, r.seq)
 		if err != nil {
-			return stale, err
+			return out[:i], err
 		}
+		if !held {
+			out[i] = driver.AckGone
+			continue
+		}
+		if err := q.Ack(ctx, s); err != nil {
+			if errors.Is(err, driver.ErrStaleReceipt) {
+				out[i] = driver.AckStale
+				continue
+			}
+			return out[:i], err
+		}
+		out[i] = driver.AckCurrent
 	}
-	return stale, nil
+	return out, nil
 }
 
 func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error {
