@@ -38,6 +38,16 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		queuetest.Run(t, memoryHarness)
 	})
+	// The same engine on real time: the suite's server-time forms, checked
+	// against an engine whose fake-clock forms pass too.
+	t.Run("FileRealTime", func(t *testing.T) {
+		t.Parallel()
+		queuetest.Run(t, func(t *testing.T) queuetest.Harness {
+			h := fileHarness(t)
+			h.Caps.ControlsTime = false
+			return h
+		})
+	})
 }
 
 // fileHarness is a store in a directory that does not exist yet, so every
