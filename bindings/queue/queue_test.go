@@ -63,6 +63,9 @@ func fileHarness(t *testing.T) queuetest.Harness {
 			t.Helper()
 			return openFile(t, dir, opts...)
 		},
+		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			return queue.Open(ctx, dir, opts...)
+		},
 		OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openFile(t, filepath.Join(base, "sibling-"+name), opts...)
@@ -83,6 +86,9 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openMemory(t, name, opts...)
+		},
+		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			return queue.OpenMemory(ctx, name, opts...)
 		},
 		OpenSibling: func(t *testing.T, sibling string, opts ...queue.Option) *queue.Queue {
 			t.Helper()

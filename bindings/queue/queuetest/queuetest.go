@@ -51,6 +51,11 @@ type Harness struct {
 	// SAME store. It fails the test if the open fails. The suite closes the
 	// handles it opens (closing twice is fine).
 	Open func(t *testing.T, opts ...queue.Option) *queue.Queue
+	// TryOpen opens a handle on the same store as Open but returns the
+	// error instead of failing the test: the cases that check what Open
+	// refuses need it (they skip without it). A handle it returns is
+	// closed by the suite.
+	TryOpen func(t *testing.T, opts ...queue.Option) (*queue.Queue, error)
 	// Persistent is true when data survives closing every handle and
 	// opening a new one (file stores). A non-persistent store (memory) must
 	// still share data between handles that are open at the same time.
@@ -165,6 +170,16 @@ func withCleanup(t *testing.T, h Harness) Harness {
 			q := sib(t, name, opts...)
 			t.Cleanup(func() { _ = q.Close() })
 			return q
+		}
+	}
+	if try := h.TryOpen; try != nil {
+		h.TryOpen = func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			t.Helper()
+			q, err := try(t, opts...)
+			if q != nil {
+				t.Cleanup(func() { _ = q.Close() })
+			}
+			return q, err
 		}
 	}
 	return h
