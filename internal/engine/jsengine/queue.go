@@ -275,8 +275,8 @@ func (q *jsQueue) parseReceipt(s string) (receipt, bool) {
 		return receipt{}, false
 	}
 	parts := strings.SplitN(rest, ":", 3)
-	if len(parts) != 3 {
-		return receipt{}, false
+	if len(parts) != 3 || strings.ContainsAny(parts[2], " \t\r\n") {
+		return receipt{}, false // a subject has no white space: not one we issued
 	}
 	dl, err1 := strconv.ParseInt(parts[0], 10, 64)
 	ls, err2 := strconv.ParseInt(parts[1], 10, 64)
@@ -525,7 +525,15 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
-	q.forget(s)
+	q.mu.Lock()
+	dl := r.deadline
+	if e, ok := q.extended[s]; ok {
+		dl = e
+	}
+	q.dead[s] = dl // acked: a later nack or extend by this handle acts on nothing
+	delete(q.extended, s)
+	q.pruneLocked()
+	q.mu.Unlock()
 	if q.replicated {
 		return q.waitGone(ctx, r.seq)
 	}
@@ -561,12 +569,6 @@ func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
 func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
 	ok, err := q.exists(ctx, r.seq)
 	return !ok, err
-}
-
-func (q *jsQueue) forget(s string) {
-	q.mu.Lock()
-	delete(q.extended, s)
-	q.mu.Unlock()
 }
 
 // pruneLimit is the size of the handle's receipt maps above which entries
