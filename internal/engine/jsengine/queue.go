@@ -121,7 +121,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
-		dead: map[string]time.Time{}, extended: map[string]time.Time{}}
+		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
 }
 
@@ -164,6 +164,9 @@ type jsQueue struct {
 	wake     chan struct{}        // closed and replaced by each local send or nack
 	dead     map[string]time.Time // receipts this handle nacked: until their deadline
 	extended map[string]time.Time // receipts this handle extended: their new deadline
+	// nacked holds the messages this handle nacked without a delay and has
+	// not seen redelivered since: when, by stream sequence (see Receive).
+	nacked map[uint64]time.Time
 }
 
 func (q *jsQueue) Location() string { return q.name }
@@ -411,7 +414,53 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 		}
 		out = append(out, more...)
 	}
-	return out, nil
+	return q.catchUpNacks(ctx, out, max, lease), nil
+}
+
+// catchUpNacks is read-your-nacks: the server applies an ack-subject
+// message (our Nak) asynchronously, after the flush that confirmed it
+// arrived; measured under the suite's parallel load: a receive right after
+// a flushed no-delay nack did not get the nacked message. So while a
+// message this handle nacked without a delay, under catchUpWait ago, is
+// still stored and not yet received again, Receive pulls again (1 ms,
+// doubling) until it comes, max are in, or catchUpWait passes.
+func (q *jsQueue) catchUpNacks(ctx context.Context, out []driver.Message, max int, lease time.Duration) []driver.Message {
+	deadline := time.Now().Add(catchUpWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		q.mu.Lock()
+		for _, m := range out {
+			delete(q.nacked, uint64(m.ID))
+		}
+		var waiting []uint64
+		for seq, at := range q.nacked {
+			if time.Since(at) > catchUpWait {
+				delete(q.nacked, seq)
+				continue
+			}
+			waiting = append(waiting, seq)
+		}
+		q.mu.Unlock()
+		if len(waiting) == 0 || len(out) >= max || time.Now().After(deadline) {
+			return out
+		}
+		for _, seq := range waiting {
+			if ok, err := q.exists(ctx, seq); err == nil && !ok {
+				q.mu.Lock()
+				delete(q.nacked, seq) // acked or purged meanwhile
+				q.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(wait):
+		}
+		more, err := q.pull(ctx, max-len(out), lease)
+		if err != nil {
+			return out
+		}
+		out = append(out, more...)
+	}
 }
 
 func max64(a, b uint64) uint64 {
@@ -576,7 +625,7 @@ func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
 const pruneLimit = 1024
 
 func (q *jsQueue) pruneLocked() {
-	if len(q.dead)+len(q.extended) <= pruneLimit {
+	if len(q.dead)+len(q.extended)+len(q.nacked) <= pruneLimit {
 		return
 	}
 	now := time.Now()
@@ -588,6 +637,11 @@ func (q *jsQueue) pruneLocked() {
 	for k, dl := range q.extended {
 		if now.After(dl) {
 			delete(q.extended, k)
+		}
+	}
+	for seq, at := range q.nacked {
+		if now.Sub(at) > catchUpWait {
+			delete(q.nacked, seq)
 		}
 	}
 }
@@ -635,6 +689,9 @@ func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error
 	}
 	q.dead[s] = dl // an ack after this handle's own nack is refused
 	delete(q.extended, s)
+	if delay <= 0 {
+		q.nacked[r.seq] = time.Now()
+	}
 	q.pruneLocked()
 	q.mu.Unlock()
 	q.woke()
