@@ -128,7 +128,7 @@ func testNack(t *testing.T, h Harness) {
 	if p.Attempt != 1 {
 		t.Fatalf("after nack: attempt %d; want 1", p.Attempt)
 	}
-	tl.wantTime(t, "visible_at after nack", p.VisibleAt, before, after, 0)
+	tl.wantLeaseEnd(t, "visible_at after nack", p, before, after, 0)
 	again := receiveOne(t, q) // no clock movement: visible at once
 	if again.ID != first.ID || again.Attempt != 2 || again.ReceiptHandle == first.ReceiptHandle {
 		t.Fatalf("redelivery id %d attempt %d receipt %q; want id %d, attempt 2, a new receipt",
@@ -153,9 +153,7 @@ func testNackStale(t *testing.T, h Harness) {
 	wantStale(t, q.Nack(ctx, old.ReceiptHandle), "Nack")
 	wantStale(t, q.Ack(ctx, old.ReceiptHandle), "Ack")
 	wantEmpty(t, q) // the stale nack did not make it visible
-	if r := rawMessage(t, q, cur.ID); r.attempt != 2 {
-		t.Fatalf("attempt %d; want 2", r.attempt)
-	}
+	tl.wantPeekAttempt(t, q, cur.ID, 2)
 	if err := q.Nack(ctx, cur.ReceiptHandle); err != nil {
 		t.Fatalf("nack with the current receipt: %v", err)
 	}
@@ -201,8 +199,8 @@ func testNackDelay(t *testing.T, h Harness) {
 	after := tl.now()
 	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(-time.Second)), "delay")
 	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(queue.MaxDelay+1)), "delay")
-	tl.wantTime(t, "visible_at after rejected nacks (the lease end, unchanged)",
-		peekMessage(t, q, first.ID).VisibleAt, before, after, queue.DefaultVisibility)
+	tl.wantLeaseEnd(t, "visible_at after rejected nacks (the lease end, unchanged)",
+		peekMessage(t, q, first.ID), before, after, queue.DefaultVisibility)
 	tl.advance(time.Second)
 	delay := 10 * time.Second
 	if tl.isReal() {
@@ -217,7 +215,7 @@ func testNackDelay(t *testing.T, h Harness) {
 	if p.Attempt != 1 {
 		t.Fatalf("after nack: attempt %d; want 1", p.Attempt)
 	}
-	tl.wantTime(t, "visible_at after nack with a delay", p.VisibleAt, before, after, delay)
+	tl.wantLeaseEnd(t, "visible_at after nack with a delay", p, before, after, delay)
 	wantTexts(t, receive(t, q, 10, queue.ReceiveVisibility(time.Minute)), "b") // a backs off
 	tl.wantNotDue(t, q, before, delay)
 	again := tl.receiveDue(t, q, before, delay)

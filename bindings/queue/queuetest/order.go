@@ -69,7 +69,7 @@ func testRedeliveryKeepsPlace(t *testing.T, h Harness) {
 	}
 	first := receiveOne(t, q, queue.ReceiveVisibility(shortLease))
 	wantTexts(t, []queue.Message{first}, "m0")
-	tl.waitAllDue(t, q) // m0's lease ends; its visible_at is now later than m1..m3's
+	tl.waitAllDue(t, q, tl.now().Add(shortLease)) // m0's lease ends; its visible_at is now later than m1..m3's
 	msgs := receive(t, q, 2)
 	wantTexts(t, msgs, "m0", "m1")
 	if msgs[0].ID != first.ID || msgs[0].Attempt != 2 {

@@ -95,6 +95,29 @@ type Capabilities struct {
 	// for them. Without it receipts are opaque and only generic garbage is
 	// tried.
 	IDUUIDReceipts bool
+	// PeekHidesLeases says Peek cannot show a delivered message's lease
+	// end and delivery count (on JetStream the server holds them and
+	// exposes neither per message): Peek reports such a message as
+	// delivered, attempt 1, VisibleAt zero. The suite then skips the
+	// checks of those two fields on delivered messages (the receipts'
+	// Attempt and the redeliveries are still checked) and waits out a
+	// lease by its known length.
+	PeekHidesLeases bool
+	// ArrivalOrder says due messages come in the order they became due in
+	// the engine (redeliveries first, then by when a message entered the
+	// queue: a delayed send when its delay ended), not by (enqueued_at,
+	// id). The suite then checks which messages come, not their order, in
+	// the one case where the two differ (Delay/OrderAmongDue).
+	ArrivalOrder bool
+	// HandleLocalExtend says an Extend is known only to the handle that
+	// made it: another handle refuses the receipt as stale once the lease
+	// it was issued with has ended (a JetStream receipt carries its lease
+	// end, and the server cannot tell an old delivery from the current
+	// one). The suite then extends again through the same handle.
+	HandleLocalExtend bool
+	// NoDeadLetters says the engine does not implement dead letters yet
+	// (WithDeadLetter, Redrive): their cases are skipped.
+	NoDeadLetters bool
 }
 
 // Run runs every case as a parallel subtest "Area/Case", each on a store

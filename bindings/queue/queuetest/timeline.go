@@ -18,6 +18,7 @@ import (
 // that too little time has passed (else the case skips, never flakes).
 type timeline struct {
 	fake *clock.Fake // nil on real time
+	caps Capabilities
 }
 
 // realSlack is what a time read back on real time may be off by: the
@@ -32,9 +33,9 @@ const dueDeadline = 15 * time.Second
 func newTimeline(t *testing.T, h Harness) *timeline {
 	t.Helper()
 	if h.Caps.ControlsTime {
-		return &timeline{fake: clock.New(start)}
+		return &timeline{fake: clock.New(start), caps: h.Caps}
 	}
-	return &timeline{}
+	return &timeline{caps: h.Caps}
 }
 
 // needsFakeClock skips a case that cannot be expressed on real time.
@@ -72,6 +73,32 @@ func (tl *timeline) now() time.Time {
 func (tl *timeline) advance(d time.Duration) {
 	if tl.fake != nil {
 		tl.fake.Advance(d)
+	}
+}
+
+// wantLeaseEnd is wantTime for the VisibleAt of a delivered message p
+// (its lease end, or the nack's due time); on an engine whose Peek hides
+// leases it only checks that p is delivered.
+func (tl *timeline) wantLeaseEnd(t *testing.T, what string, p queue.PeekedMessage, before, after time.Time, offset time.Duration) {
+	t.Helper()
+	if tl.caps.PeekHidesLeases {
+		if !p.Delivered {
+			t.Fatalf("%s: Peek shows message %d not delivered; want delivered", what, p.ID)
+		}
+		return
+	}
+	tl.wantTime(t, what, p.VisibleAt, before, after, offset)
+}
+
+// wantPeekAttempt checks the attempt Peek shows for message id, unless
+// Peek hides it (Capabilities.PeekHidesLeases).
+func (tl *timeline) wantPeekAttempt(t *testing.T, q *queue.Queue, id int64, want int) {
+	t.Helper()
+	if tl.caps.PeekHidesLeases {
+		return
+	}
+	if p := peekMessage(t, q, id); p.Attempt != want {
+		t.Fatalf("Peek shows message %d at attempt %d; want %d", id, p.Attempt, want)
 	}
 }
 
@@ -206,11 +233,18 @@ func (tl *timeline) wantEmptyThrough(t *testing.T, q *queue.Queue, mark time.Tim
 }
 
 // waitAllDue waits until Peek shows every message of q due (visible_at at
-// or before now). On the fake clock it sets the clock to the latest
+// or before now), and on an engine whose Peek hides leases
+// (Capabilities.PeekHidesLeases) also until leaseEnd, the latest lease end
+// the case knows of. On the fake clock it sets the clock to the latest
 // visible_at.
-func (tl *timeline) waitAllDue(t *testing.T, q *queue.Queue) {
+func (tl *timeline) waitAllDue(t *testing.T, q *queue.Queue, leaseEnd time.Time) {
 	t.Helper()
 	deadline := time.Now().Add(dueDeadline)
+	if tl.fake == nil && tl.caps.PeekHidesLeases {
+		for time.Now().Before(leaseEnd.Add(realSlack)) {
+			time.Sleep(5 * time.Millisecond) // waiting out a known lease: the server shows no lease end
+		}
+	}
 	for {
 		var latest time.Time
 		for _, m := range peekAll(t, q) {
