@@ -85,9 +85,12 @@ type Harness struct {
 type Capabilities struct {
 	// ControlsTime says the engine takes every time it uses (leases,
 	// delays, enqueue times) from queue.WithClock, so the suite drives a
-	// fake clock, never sleeps, and checks times to the millisecond. The
-	// cases that need it are skipped without it (an engine on server time
-	// must run them with a real-time harness of its own).
+	// fake clock, never sleeps, and checks times to the millisecond.
+	// Without it the timed cases run their server-time form (timeline.go):
+	// short real leases and delays (400 ms), a poll with a deadline for
+	// what becomes due, and times checked against the window measured
+	// around the call; only Order/ClockStepsBackwards still needs a fake
+	// clock.
 	ControlsTime bool
 	// IDUUIDReceipts says receipt handles are "{id}:{uuid}" (the
 	// localqueue.v1 form): the suite then also forges receipts of that form
