@@ -380,8 +380,11 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 		return nil, err
 	}
 	out, err := q.pullRetry(ctx, max, lease)
-	if err != nil || len(out) == max {
+	if err != nil {
 		return out, err
+	}
+	if len(out) == max {
+		return q.catchUpNacks(ctx, out, max, lease), nil // only forgets what came
 	}
 	lastSent := q.lastSent.Load()
 	deadline := time.Now().Add(catchUpWait)
@@ -581,6 +584,7 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	}
 	q.dead[s] = dl // acked: a later nack or extend by this handle acts on nothing
 	delete(q.extended, s)
+	delete(q.nacked, r.seq)
 	q.pruneLocked()
 	q.mu.Unlock()
 	if q.replicated {
@@ -691,6 +695,8 @@ func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error
 	delete(q.extended, s)
 	if delay <= 0 {
 		q.nacked[r.seq] = time.Now()
+	} else {
+		delete(q.nacked, r.seq) // not due yet: nothing to wait for
 	}
 	q.pruneLocked()
 	q.mu.Unlock()
