@@ -38,6 +38,16 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		queuetest.Run(t, memoryHarness)
 	})
+	// The same engine on real time: the suite's server-time forms, checked
+	// against an engine whose fake-clock forms pass too.
+	t.Run("FileRealTime", func(t *testing.T) {
+		t.Parallel()
+		queuetest.Run(t, func(t *testing.T) queuetest.Harness {
+			h := fileHarness(t)
+			h.Caps.ControlsTime = false
+			return h
+		})
+	})
 }
 
 // fileHarness is a store in a directory that does not exist yet, so every
@@ -52,6 +62,9 @@ func fileHarness(t *testing.T) queuetest.Harness {
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openFile(t, dir, opts...)
+		},
+		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			return queue.Open(ctx, dir, opts...)
 		},
 		OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 			t.Helper()
@@ -73,6 +86,9 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openMemory(t, name, opts...)
+		},
+		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			return queue.OpenMemory(ctx, name, opts...)
 		},
 		OpenSibling: func(t *testing.T, sibling string, opts ...queue.Option) *queue.Queue {
 			t.Helper()

@@ -12,8 +12,8 @@ import (
 )
 
 func testAckRemoves(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a", "b")
 	m := receiveOne(t, q)
 	if err := q.Ack(ctx, m.ReceiptHandle); err != nil {
@@ -22,13 +22,13 @@ func testAckRemoves(t *testing.T, h Harness) {
 	if n := rawCount(t, q); n != 1 {
 		t.Fatalf("%d rows after ack; want 1", n)
 	}
-	c.Advance(time.Hour) // never redelivered, however long we wait
+	tl.advance(time.Hour) // never redelivered, however long we wait
 	wantTexts(t, receive(t, q, 10), "b")
 }
 
 func testAckGarbage(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a")
 	m := receiveOne(t, q)
 	garbage := []string{"nope", "1:not-a-uuid", "", ":", " " + m.ReceiptHandle, m.ReceiptHandle + " "}
@@ -87,12 +87,12 @@ func testAckTwice(t *testing.T, h Harness) {
 }
 
 func testAckStale(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a")
-	old := receiveOne(t, q, queue.ReceiveVisibility(time.Second))
-	c.Advance(2 * time.Second)
-	cur := receiveOne(t, q)
+	mark := tl.now()
+	old := receiveOne(t, q, queue.ReceiveVisibility(shortLease))
+	cur := tl.receiveDue(t, q, mark, shortLease)
 	if cur.ID != old.ID {
 		t.Fatalf("redelivered id %d; want %d", cur.ID, old.ID)
 	}
@@ -114,18 +114,21 @@ func testAckStale(t *testing.T, h Harness) {
 }
 
 func testNack(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a")
 	first := receiveOne(t, q)
-	c.Advance(time.Second)
+	tl.advance(time.Second)
+	before := tl.now()
 	if err := q.Nack(ctx, first.ReceiptHandle); err != nil {
 		t.Fatal(err)
 	}
-	r := rawMessage(t, q, first.ID)
-	if r.attempt != 1 || r.visibleAt != c.Now().UnixMilli() {
-		t.Fatalf("after nack: attempt %d visible_at %d; want 1 and now (%d)", r.attempt, r.visibleAt, c.Now().UnixMilli())
+	after := tl.now()
+	p := peekMessage(t, q, first.ID)
+	if p.Attempt != 1 {
+		t.Fatalf("after nack: attempt %d; want 1", p.Attempt)
 	}
+	tl.wantLeaseEnd(t, "visible_at after nack", p, before, after, 0)
 	again := receiveOne(t, q) // no clock movement: visible at once
 	if again.ID != first.ID || again.Attempt != 2 || again.ReceiptHandle == first.ReceiptHandle {
 		t.Fatalf("redelivery id %d attempt %d receipt %q; want id %d, attempt 2, a new receipt",
@@ -139,8 +142,8 @@ func testNack(t *testing.T, h Harness) {
 }
 
 func testNackStale(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a")
 	old := receiveOne(t, q)
 	if err := q.Nack(ctx, old.ReceiptHandle); err != nil {
@@ -150,9 +153,7 @@ func testNackStale(t *testing.T, h Harness) {
 	wantStale(t, q.Nack(ctx, old.ReceiptHandle), "Nack")
 	wantStale(t, q.Ack(ctx, old.ReceiptHandle), "Ack")
 	wantEmpty(t, q) // the stale nack did not make it visible
-	if r := rawMessage(t, q, cur.ID); r.attempt != 2 {
-		t.Fatalf("attempt %d; want 2", r.attempt)
-	}
+	tl.wantPeekAttempt(t, q, cur.ID, 2)
 	if err := q.Nack(ctx, cur.ReceiptHandle); err != nil {
 		t.Fatalf("nack with the current receipt: %v", err)
 	}
@@ -163,8 +164,8 @@ func testNackStale(t *testing.T, h Harness) {
 }
 
 func testPurge(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a", "b", "c")
 	inFlight := receive(t, q, 2)
 	if len(inFlight) != 2 {
@@ -176,7 +177,7 @@ func testPurge(t *testing.T, h Harness) {
 	if n := rawCount(t, q); n != 0 {
 		t.Fatalf("COUNT(*) = %d after purge; want 0", n)
 	}
-	c.Advance(time.Hour)
+	tl.advance(time.Hour)
 	wantEmpty(t, q)
 	// Receipts of purged messages ack as already gone.
 	if err := q.Ack(ctx, inFlight[0].ReceiptHandle); err != nil {
@@ -190,28 +191,34 @@ func testPurge(t *testing.T, h Harness) {
 }
 
 func testNackDelay(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	sendTexts(t, q, "a", "b")
+	before := tl.now()
 	first := receiveOne(t, q)
+	after := tl.now()
 	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(-time.Second)), "delay")
 	wantInvalid(t, q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(queue.MaxDelay+1)), "delay")
-	if r := rawMessage(t, q, first.ID); r.visibleAt != start.Add(queue.DefaultVisibility).UnixMilli() {
-		t.Fatalf("visible_at %d after rejected nacks; want the lease end unchanged", r.visibleAt)
+	tl.wantLeaseEnd(t, "visible_at after rejected nacks (the lease end, unchanged)",
+		peekMessage(t, q, first.ID), before, after, queue.DefaultVisibility)
+	tl.advance(time.Second)
+	delay := 10 * time.Second
+	if tl.isReal() {
+		delay = shortDelay
 	}
-	c.Advance(time.Second)
-	if err := q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(10*time.Second)); err != nil {
+	before = tl.now()
+	if err := q.Nack(ctx, first.ReceiptHandle, queue.WithDelay(delay)); err != nil {
 		t.Fatal(err)
 	}
-	r := rawMessage(t, q, first.ID)
-	if r.attempt != 1 || r.visibleAt != c.Now().Add(10*time.Second).UnixMilli() {
-		t.Fatalf("after nack: attempt %d visible_at %d; want 1 and now + 10 s (%d)", r.attempt, r.visibleAt, c.Now().Add(10*time.Second).UnixMilli())
+	after = tl.now()
+	p := peekMessage(t, q, first.ID)
+	if p.Attempt != 1 {
+		t.Fatalf("after nack: attempt %d; want 1", p.Attempt)
 	}
+	tl.wantLeaseEnd(t, "visible_at after nack with a delay", p, before, after, delay)
 	wantTexts(t, receive(t, q, 10, queue.ReceiveVisibility(time.Minute)), "b") // a backs off
-	c.Advance(10*time.Second - time.Millisecond)
-	wantEmpty(t, q)
-	c.Advance(time.Millisecond)
-	again := receiveOne(t, q)
+	tl.wantNotDue(t, q, before, delay)
+	again := tl.receiveDue(t, q, before, delay)
 	if again.ID != first.ID || again.Attempt != 2 || again.ReceiptHandle == first.ReceiptHandle {
 		t.Fatalf("redelivery id %d attempt %d; want id %d attempt 2 with a new receipt", again.ID, again.Attempt, first.ID)
 	}

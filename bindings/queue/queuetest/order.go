@@ -35,9 +35,10 @@ func testTwoOfFive(t *testing.T, h Harness) {
 
 func testTenInOrder(t *testing.T, h Harness) {
 	// A clock that never moves: every send is in the same millisecond, so
-	// the order comes from the id tiebreak alone.
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	// the order comes from the id tiebreak alone. On real time the sends
+	// are in order anyway.
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	var want []string
 	for i := range 10 {
 		want = append(want, fmt.Sprintf("msg-%d", i))
@@ -47,7 +48,7 @@ func testTenInOrder(t *testing.T, h Harness) {
 }
 
 func testClockBackwards(t *testing.T, h Harness) {
-	c := newClock(t, h)
+	c := needsFakeClock(t, h, "the case steps the clock back, which real time cannot do")
 	q := openClocked(t, h, c)
 	sendTexts(t, q, "sent-first")
 	c.Advance(-5 * time.Second) // the clock steps back (NTP, a VM resume)
@@ -60,15 +61,15 @@ func testClockBackwards(t *testing.T, h Harness) {
 }
 
 func testRedeliveryKeepsPlace(t *testing.T, h Harness) {
-	c := newClock(t, h)
-	q := openClocked(t, h, c)
+	tl := newTimeline(t, h)
+	q := tl.open(t, h)
 	for _, s := range []string{"m0", "m1", "m2", "m3"} {
 		sendTexts(t, q, s)
-		c.Advance(time.Millisecond)
+		tl.advance(time.Millisecond)
 	}
-	first := receiveOne(t, q, queue.ReceiveVisibility(time.Second))
+	first := receiveOne(t, q, queue.ReceiveVisibility(shortLease))
 	wantTexts(t, []queue.Message{first}, "m0")
-	c.Advance(2 * time.Second) // m0's lease ends; its visible_at is now later than m1..m3's
+	tl.waitAllDue(t, q, tl.now().Add(shortLease)) // m0's lease ends; its visible_at is now later than m1..m3's
 	msgs := receive(t, q, 2)
 	wantTexts(t, msgs, "m0", "m1")
 	if msgs[0].ID != first.ID || msgs[0].Attempt != 2 {

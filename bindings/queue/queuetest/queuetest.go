@@ -51,6 +51,11 @@ type Harness struct {
 	// SAME store. It fails the test if the open fails. The suite closes the
 	// handles it opens (closing twice is fine).
 	Open func(t *testing.T, opts ...queue.Option) *queue.Queue
+	// TryOpen opens a handle on the same store as Open but returns the
+	// error instead of failing the test: the cases that check what Open
+	// refuses need it (they skip without it). A handle it returns is
+	// closed by the suite.
+	TryOpen func(t *testing.T, opts ...queue.Option) (*queue.Queue, error)
 	// Persistent is true when data survives closing every handle and
 	// opening a new one (file stores). A non-persistent store (memory) must
 	// still share data between handles that are open at the same time.
@@ -80,9 +85,12 @@ type Harness struct {
 type Capabilities struct {
 	// ControlsTime says the engine takes every time it uses (leases,
 	// delays, enqueue times) from queue.WithClock, so the suite drives a
-	// fake clock, never sleeps, and checks times to the millisecond. The
-	// cases that need it are skipped without it (an engine on server time
-	// must run them with a real-time harness of its own).
+	// fake clock, never sleeps, and checks times to the millisecond.
+	// Without it the timed cases run their server-time form (timeline.go):
+	// short real leases and delays (400 ms), a poll with a deadline for
+	// what becomes due, and times checked against the window measured
+	// around the call; only Order/ClockStepsBackwards still needs a fake
+	// clock.
 	ControlsTime bool
 	// IDUUIDReceipts says receipt handles are "{id}:{uuid}" (the
 	// localqueue.v1 form): the suite then also forges receipts of that form
@@ -90,6 +98,29 @@ type Capabilities struct {
 	// for them. Without it receipts are opaque and only generic garbage is
 	// tried.
 	IDUUIDReceipts bool
+	// PeekHidesLeases says Peek cannot show a delivered message's lease
+	// end and delivery count (on JetStream the server holds them and
+	// exposes neither per message): Peek reports such a message as
+	// delivered, attempt 1, VisibleAt zero. The suite then skips the
+	// checks of those two fields on delivered messages (the receipts'
+	// Attempt and the redeliveries are still checked) and waits out a
+	// lease by its known length.
+	PeekHidesLeases bool
+	// ArrivalOrder says due messages come in the order they became due in
+	// the engine (redeliveries first, then by when a message entered the
+	// queue: a delayed send when its delay ended), not by (enqueued_at,
+	// id). The suite then checks which messages come, not their order, in
+	// the one case where the two differ (Delay/OrderAmongDue).
+	ArrivalOrder bool
+	// HandleLocalExtend says an Extend is known only to the handle that
+	// made it: another handle refuses the receipt as stale once the lease
+	// it was issued with has ended (a JetStream receipt carries its lease
+	// end, and the server cannot tell an old delivery from the current
+	// one). The suite then extends again through the same handle.
+	HandleLocalExtend bool
+	// NoDeadLetters says the engine does not implement dead letters yet
+	// (WithDeadLetter, Redrive): their cases are skipped.
+	NoDeadLetters bool
 }
 
 // Run runs every case as a parallel subtest "Area/Case", each on a store
@@ -168,6 +199,16 @@ func withCleanup(t *testing.T, h Harness) Harness {
 			q := sib(t, name, opts...)
 			t.Cleanup(func() { _ = q.Close() })
 			return q
+		}
+	}
+	if try := h.TryOpen; try != nil {
+		h.TryOpen = func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+			t.Helper()
+			q, err := try(t, opts...)
+			if q != nil {
+				t.Cleanup(func() { _ = q.Close() })
+			}
+			return q, err
 		}
 	}
 	return h

@@ -171,7 +171,11 @@ func TestQueueConformanceCluster(t *testing.T) {
 			OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 				return open(t, loc+"-"+name, opts...)
 			},
+			TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: 3}, loc, opts...)
+			},
 			Persistent: true,
+			Caps:       jsQueueCaps,
 		}
 	})
 }

@@ -121,7 +121,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
-		dead: map[string]time.Time{}, extended: map[string]time.Time{}}
+		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
 }
 
@@ -164,6 +164,9 @@ type jsQueue struct {
 	wake     chan struct{}        // closed and replaced by each local send or nack
 	dead     map[string]time.Time // receipts this handle nacked: until their deadline
 	extended map[string]time.Time // receipts this handle extended: their new deadline
+	// nacked holds the messages this handle nacked without a delay and has
+	// not seen redelivered since: when, by stream sequence (see Receive).
+	nacked map[uint64]time.Time
 }
 
 func (q *jsQueue) Location() string { return q.name }
@@ -275,8 +278,8 @@ func (q *jsQueue) parseReceipt(s string) (receipt, bool) {
 		return receipt{}, false
 	}
 	parts := strings.SplitN(rest, ":", 3)
-	if len(parts) != 3 {
-		return receipt{}, false
+	if len(parts) != 3 || strings.ContainsAny(parts[2], " \t\r\n") {
+		return receipt{}, false // a subject has no white space: not one we issued
 	}
 	dl, err1 := strconv.ParseInt(parts[0], 10, 64)
 	ls, err2 := strconv.ParseInt(parts[1], 10, 64)
@@ -377,8 +380,11 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 		return nil, err
 	}
 	out, err := q.pullRetry(ctx, max, lease)
-	if err != nil || len(out) == max {
+	if err != nil {
 		return out, err
+	}
+	if len(out) == max {
+		return q.catchUpNacks(ctx, out, max, lease), nil // only forgets what came
 	}
 	lastSent := q.lastSent.Load()
 	deadline := time.Now().Add(catchUpWait)
@@ -411,7 +417,53 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 		}
 		out = append(out, more...)
 	}
-	return out, nil
+	return q.catchUpNacks(ctx, out, max, lease), nil
+}
+
+// catchUpNacks is read-your-nacks: the server applies an ack-subject
+// message (our Nak) asynchronously, after the flush that confirmed it
+// arrived; measured under the suite's parallel load: a receive right after
+// a flushed no-delay nack did not get the nacked message. So while a
+// message this handle nacked without a delay, under catchUpWait ago, is
+// still stored and not yet received again, Receive pulls again (1 ms,
+// doubling) until it comes, max are in, or catchUpWait passes.
+func (q *jsQueue) catchUpNacks(ctx context.Context, out []driver.Message, max int, lease time.Duration) []driver.Message {
+	deadline := time.Now().Add(catchUpWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		q.mu.Lock()
+		for _, m := range out {
+			delete(q.nacked, uint64(m.ID))
+		}
+		var waiting []uint64
+		for seq, at := range q.nacked {
+			if time.Since(at) > catchUpWait {
+				delete(q.nacked, seq)
+				continue
+			}
+			waiting = append(waiting, seq)
+		}
+		q.mu.Unlock()
+		if len(waiting) == 0 || len(out) >= max || time.Now().After(deadline) {
+			return out
+		}
+		for _, seq := range waiting {
+			if ok, err := q.exists(ctx, seq); err == nil && !ok {
+				q.mu.Lock()
+				delete(q.nacked, seq) // acked or purged meanwhile
+				q.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(wait):
+		}
+		more, err := q.pull(ctx, max-len(out), lease)
+		if err != nil {
+			return out
+		}
+		out = append(out, more...)
+	}
 }
 
 func max64(a, b uint64) uint64 {
@@ -525,7 +577,16 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
-	q.forget(s)
+	q.mu.Lock()
+	dl := r.deadline
+	if e, ok := q.extended[s]; ok {
+		dl = e
+	}
+	q.dead[s] = dl // acked: a later nack or extend by this handle acts on nothing
+	delete(q.extended, s)
+	delete(q.nacked, r.seq)
+	q.pruneLocked()
+	q.mu.Unlock()
 	if q.replicated {
 		return q.waitGone(ctx, r.seq)
 	}
@@ -563,18 +624,12 @@ func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
 	return !ok, err
 }
 
-func (q *jsQueue) forget(s string) {
-	q.mu.Lock()
-	delete(q.extended, s)
-	q.mu.Unlock()
-}
-
 // pruneLimit is the size of the handle's receipt maps above which entries
 // past their deadline (refused by the deadline alone) are dropped.
 const pruneLimit = 1024
 
 func (q *jsQueue) pruneLocked() {
-	if len(q.dead)+len(q.extended) <= pruneLimit {
+	if len(q.dead)+len(q.extended)+len(q.nacked) <= pruneLimit {
 		return
 	}
 	now := time.Now()
@@ -586,6 +641,11 @@ func (q *jsQueue) pruneLocked() {
 	for k, dl := range q.extended {
 		if now.After(dl) {
 			delete(q.extended, k)
+		}
+	}
+	for seq, at := range q.nacked {
+		if now.Sub(at) > catchUpWait {
+			delete(q.nacked, seq)
 		}
 	}
 }
@@ -665,6 +725,11 @@ func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error
 	}
 	q.dead[s] = dl // an ack after this handle's own nack is refused
 	delete(q.extended, s)
+	if delay <= 0 {
+		q.nacked[r.seq] = time.Now()
+	} else {
+		delete(q.nacked, r.seq) // not due yet: nothing to wait for
+	}
 	q.pruneLocked()
 	q.mu.Unlock()
 	q.woke()

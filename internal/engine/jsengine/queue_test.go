@@ -9,8 +9,14 @@ import (
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
 )
 
+// jsQueueCaps is what the JetStream engine lets the queue suite do: it runs
+// on server time, its Peek cannot see the server's per-message lease ends
+// and delivery counts, and due messages come in the server's delivery
+// order (docs/ARCHITECTURE.md, "JetStream engine (in progress)").
+var jsQueueCaps = queuetest.Capabilities{PeekHidesLeases: true, ArrivalOrder: true, HandleLocalExtend: true, NoDeadLetters: true}
+
 // TestQueueConformance runs the queue suite on the embedded single node, on
-// server time (the suite skips the cases that need a fake clock).
+// server time (the suite's server-time forms of its timed cases).
 func TestQueueConformance(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T) queuetest.Harness {
 		nc := connect(t)
@@ -27,8 +33,11 @@ func TestQueueConformance(t *testing.T) {
 			OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 				return open(t, loc+"-"+name, opts...)
 			},
+			TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
+				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, loc, opts...)
+			},
 			Persistent: true,
-			Caps:       queuetest.Capabilities{},
+			Caps:       jsQueueCaps,
 		}
 	})
 }
