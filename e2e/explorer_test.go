@@ -99,7 +99,15 @@ type xpath = chromedp.Search
 // $LOCALCLOUD_SCREENSHOT_DIR when set).
 func shoot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
-	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	// A full-page capture re-lays the whole page out; on a loaded 2-core
+	// machine it was seen to take over 20 s, so it gets a longer bound
+	// than the other actions (a bound against a hang, not a speed check).
+	c, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
 	path := filepath.Join(dir, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
