@@ -318,6 +318,9 @@ type move struct {
 	// arrival records, "" if nowhere: the target of a redrive to origins.
 	origin string
 	stuck  string // why mayFinish refused it
+	// lastError is the message's last error here (lc_errors), carried into
+	// the dead-letter queue.
+	lastError string
 }
 
 // scope is what a caller may finish moves toward besides the handle's own
@@ -479,6 +482,9 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 		}
 	}
 	if present > 0 {
+		if err := q.lastErrors(ctx, moves); err != nil {
+			return err
+		}
 		d, err := q.destination(ctx, dest)
 		if err != nil {
 			return err
@@ -515,6 +521,9 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 				return err
 			}
 			if _, err := tx.Exec(ctx, stmtDeleteIntent, mv.id); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, stmtDeleteError, mv.id); err != nil {
 				return err
 			}
 		}
@@ -556,8 +565,15 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 	if err != nil {
 		return false, err
 	}
-	_, err = tx.Exec(ctx, stmtArrivalID, mv.token, id)
-	return err == nil, err
+	if _, err = tx.Exec(ctx, stmtArrivalID, mv.token, id); err != nil {
+		return false, err
+	}
+	if mv.lastError != "" {
+		if _, err := tx.Exec(ctx, stmtSetError, id, mv.lastError, now); err != nil {
+			return false, fmt.Errorf("carry the last error of message %d: %w", mv.id, err)
+		}
+	}
+	return true, nil
 }
 
 // errQueueClosed is the error of a move on a closed handle.

@@ -25,6 +25,15 @@ ORDER BY m.enqueued_at, m.id LIMIT ?1`
 	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_arrivals d JOIN messages m ON m.id = d.message_id AND d.kind = 'dead-letter'
 GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_binding, d.origin_store`
 	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
+	// With localcloud's table of last errors (failures.go), which a store
+	// opened read-only since before this localcloud lacks.
+	stmtHasErrorTable = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_errors'`
+	stmtPeekErrors    = `SELECT m.id, m.attempt, m.enqueued_at, m.visible_at, m.payload_type, m.payload_data, m.receipt_handle IS NOT NULL,
+d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
+mv.message_id IS NOT NULL, e.error
+FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
+LEFT JOIN lc_errors e ON e.message_id = m.id
+ORDER BY m.enqueued_at, m.id LIMIT ?1`
 )
 
 // Peek returns up to limit (checked by the caller) messages in delivery order
@@ -35,8 +44,17 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	if err != nil {
 		return nil, opErr(err, "peek")
 	}
-	stmt := stmtPeek
+	var errs int
 	if own {
+		if err := q.db.R.QueryRowContext(ctx, stmtHasErrorTable).Scan(&errs); err != nil {
+			return nil, opErr(err, "peek")
+		}
+	}
+	stmt := stmtPeek
+	switch {
+	case own && errs == 1:
+		stmt = stmtPeekErrors
+	case own:
 		stmt = stmtPeekOrigin
 	}
 	rows, err := q.db.R.QueryContext(ctx, stmt, limit)
@@ -57,6 +75,10 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		if own {
 			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving)
 		}
+		var lastErr sql.NullString
+		if own && errs == 1 {
+			dest = append(dest, &lastErr)
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, opErr(err, "peek")
 		}
@@ -64,6 +86,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 			m.Origin = &Origin{Store: o.store.String, Binding: o.binding.String, ID: o.id.Int64, Attempts: int(o.attempts.Int64),
 				EnqueuedAt: time.UnixMilli(o.enq.Int64), MovedAt: time.UnixMilli(o.moved.Int64), LastReceipt: o.receipt.String}
 		}
+		m.LastError = lastErr.String
 		m.EnqueuedAt, m.VisibleAt = time.UnixMilli(enq), time.UnixMilli(vis)
 		m.Payload = Payload{Type: PayloadType(typ), Data: data}
 		out = append(out, m)
