@@ -127,6 +127,14 @@ func appEnv(st *config.Stack) (vars []envVar, note string, err error) {
 				// The same in milliseconds, for apps in any language.
 				VisibilityTimeoutMs: ptrTo(b.VisibilityTimeout.Milliseconds()),
 				Durability:          b.Durability,
+				// Consume's retry back-off and the dedup window, so every
+				// process of the app applies the same policy.
+				RetryDelay:      b.RetryDelay.String(),
+				RetryDelayMs:    ptrTo(b.RetryDelay.Milliseconds()),
+				MaxRetryDelay:   b.MaxRetryDelay.String(),
+				MaxRetryDelayMs: ptrTo(b.MaxRetryDelay.Milliseconds()),
+				DedupWindow:     b.DedupWindow.String(),
+				DedupWindowMs:   ptrTo(b.DedupWindow.Milliseconds()),
 			}
 			// The dead-letter policy travels with the binding so every
 			// process of the app enforces it (config checked deadLetter).
