@@ -64,6 +64,16 @@ type Put struct {
 type Item struct {
 	Key   string
 	Value []byte
+	// ExpiresAt is when the key expires; zero when it never does (or the
+	// engine does not say).
+	ExpiresAt time.Time
+}
+
+// ItemGetter is implemented by an engine that can return a key's expiry
+// with its value (kv.Store.GetItem).
+type ItemGetter interface {
+	// GetItem is Get with the key's expiry.
+	GetItem(ctx context.Context, key string) (item Item, found bool, err error)
 }
 
 // Store is one open store. It must be safe for concurrent use.
