@@ -27,6 +27,14 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 		p.checkListen(r.listenNode, r.listen, r.token)
 	}
 
+	s.Explorer = r.explorer
+	if s.Explorer.Listen == "" {
+		s.Explorer.Listen = DefaultExplorerListen
+	}
+	if r.explorerNode != nil {
+		p.checkExplorerListen(r.explorerNode, s.Explorer.Listen)
+	}
+
 	byName := make(map[string]*rawBinding, len(r.bindings))
 	for _, rb := range r.bindings {
 		byName[rb.b.Name] = rb
@@ -89,6 +97,27 @@ func (p *parser) checkListen(n *yaml.Node, listen, token string) {
 	}
 	if !loopback && token == "" {
 		p.addf(n, field, "host %s is not a loopback address, so other machines could send wake-up hints to this stack; set notify.token or use 127.0.0.1", host)
+	}
+}
+
+// checkExplorerListen checks explorer.listen: host:port on a loopback
+// address, as the explorer can change every store.
+func (p *parser) checkExplorerListen(n *yaml.Node, listen string) {
+	const field = "explorer.listen"
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		p.addf(n, field, "must be host:port such as %s, got %q", DefaultExplorerListen, listen)
+		return
+	}
+	if !validPort(port) {
+		p.addf(n, field, "port must be between 0 and 65535 (0 picks a free port), got %q", port)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil || !addr.IsLoopback() {
+		p.addf(n, field, "host must be a loopback address (127.0.0.1, ::1 or localhost): the explorer can read and change every store; got %q", host)
 	}
 }
 

@@ -24,6 +24,10 @@ const (
 	// DefaultListen is the address of the embedded NATS server that carries
 	// wake-up hints. It is loopback, so no token is needed.
 	DefaultListen = "127.0.0.1:4222"
+	// DefaultExplorerListen is the address of the web explorer that up
+	// serves. When the stack file sets no explorer.listen and this port is
+	// taken, up picks a free port instead and says so.
+	DefaultExplorerListen = "127.0.0.1:4280"
 	// DefaultVisibilityTimeout is how long a received queue message stays
 	// hidden from other receivers before it is delivered again.
 	DefaultVisibilityTimeout = 30 * time.Second
@@ -109,6 +113,8 @@ type Stack struct {
 	DataDir string
 	// Notify configures the embedded NATS server.
 	Notify Notify
+	// Explorer configures the web explorer that up serves.
+	Explorer Explorer
 	// Bindings lists the bindings sorted by name.
 	Bindings []Binding
 }
@@ -121,6 +127,24 @@ type Notify struct {
 	// Token is the NATS authorization token; "" for none. Required when the
 	// host of Listen is not a loopback address.
 	Token string
+}
+
+// Explorer configures the web explorer: pages and a JSON API, on loopback
+// only, to look at and operate every binding while up runs.
+type Explorer struct {
+	// Enabled reports whether up serves the explorer; "explorer: off" turns
+	// it off. Defaults to true.
+	Enabled bool
+	// Listen is host:port on a loopback address (an IP literal or
+	// localhost); port 0 picks a free port. Defaults to
+	// [DefaultExplorerListen].
+	Listen string
+	// ListenGiven reports that the stack file set listen: a port that is
+	// taken is then an error instead of a reason to pick a free one.
+	ListenGiven bool
+	// ReadOnly refuses every change through the explorer (send, purge,
+	// redrive, put, delete). Defaults to false.
+	ReadOnly bool
 }
 
 // Binding is one KV store or queue of a stack.

@@ -19,9 +19,10 @@ var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 const namePattern = "[a-z][a-z0-9-]{0,62}"
 
 var (
-	rootFields    = []string{"version", "name", "dataDir", "notify", "bindings"}
-	notifyFields  = []string{"listen", "token"}
-	bindingFields = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter", "retryDelay", "maxRetryDelay", "dedupWindow"}
+	rootFields     = []string{"version", "name", "dataDir", "notify", "explorer", "bindings"}
+	notifyFields   = []string{"listen", "token"}
+	explorerFields = []string{"listen", "readOnly"}
+	bindingFields  = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter", "retryDelay", "maxRetryDelay", "dedupWindow"}
 )
 
 // parser walks the YAML node tree and collects every problem it meets.
@@ -33,16 +34,18 @@ type parser struct {
 
 // rawStack is what the walk found, with the nodes kept for positions.
 type rawStack struct {
-	version     int
-	versionSeen bool // the key is present, whatever its value
-	name        string
-	nameSeen    bool
-	dataDir     string
-	dataDirNode *yaml.Node
-	listen      string
-	listenNode  *yaml.Node
-	token       string
-	bindings    []*rawBinding
+	version      int
+	versionSeen  bool // the key is present, whatever its value
+	name         string
+	nameSeen     bool
+	dataDir      string
+	dataDirNode  *yaml.Node
+	listen       string
+	listenNode   *yaml.Node
+	token        string
+	explorer     Explorer
+	explorerNode *yaml.Node // listen, when given
+	bindings     []*rawBinding
 }
 
 type rawBinding struct {
@@ -408,7 +411,7 @@ func (p *parser) walk(root *yaml.Node) *rawStack {
 		p.addf(root, "", "a stack file must be a mapping with version, name and bindings; got %s", describe(root))
 		return nil
 	}
-	r := &rawStack{}
+	r := &rawStack{explorer: Explorer{Enabled: true}}
 	for _, e := range p.entries(top, "") {
 		switch e.name {
 		case "version":
@@ -448,6 +451,8 @@ func (p *parser) walk(root *yaml.Node) *rawStack {
 			r.dataDir = s
 		case "notify":
 			p.notify(r, e.val)
+		case "explorer":
+			p.explorer(r, e.val)
 		case "bindings":
 			p.bindings(r, e.val)
 		default:
@@ -482,6 +487,55 @@ func (p *parser) notify(r *rawStack, v *yaml.Node) {
 			}
 		default:
 			p.unknown(e, "notify", notifyFields)
+		}
+	}
+}
+
+// explorer reads the explorer field: off (or false) turns the explorer
+// off, on (or true, or nothing) keeps the defaults, a mapping sets listen
+// and readOnly.
+func (p *parser) explorer(r *rawStack, v *yaml.Node) {
+	const what = "off, on, or a mapping with listen and readOnly"
+	if n := deref(v); n != nil && n.Kind == yaml.ScalarNode && !isNull(v) {
+		s, ok := p.scalar(v, "explorer", what)
+		if !ok {
+			return
+		}
+		switch strings.ToLower(s) {
+		case "off", "false":
+			r.explorer.Enabled = false
+		case "on", "true":
+		default:
+			p.addf(v, "explorer", "must be %s, got %q", what, s)
+		}
+		return
+	}
+	n, ok := p.mapping(v, "explorer", what)
+	if !ok {
+		return
+	}
+	for _, e := range p.entries(n, "explorer") {
+		switch e.name {
+		case "listen":
+			s, given, ok := p.str(e.val, "explorer.listen", "host:port")
+			if ok && given {
+				r.explorer.Listen, r.explorer.ListenGiven, r.explorerNode = s, true, e.val
+			}
+		case "readOnly":
+			s, given, ok := p.str(e.val, "explorer.readOnly", "true or false")
+			if !ok || !given {
+				continue
+			}
+			switch s {
+			case "true":
+				r.explorer.ReadOnly = true
+			case "false":
+				r.explorer.ReadOnly = false
+			default:
+				p.addf(e.val, "explorer.readOnly", "must be true or false, got %q", s)
+			}
+		default:
+			p.unknown(e, "explorer", explorerFields)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func BenchmarkUpReady20(b *testing.B) {
 		b.Skip("no binary")
 	}
 	var text strings.Builder
-	text.WriteString("version: 1\nname: bench\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n")
+	text.WriteString("version: 1\nname: bench\nnotify:\n  listen: 127.0.0.1:0\nexplorer:\n  listen: 127.0.0.1:0\nbindings:\n")
 	for i := range benchBindings {
 		typ := "kv"
 		if i%2 == 1 {

@@ -249,7 +249,7 @@ func newStack(t *testing.T, bindings string) stack {
 }
 
 func stackText(bindings string) string {
-	return "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n" + bindings
+	return "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nexplorer:\n  listen: 127.0.0.1:0\nbindings:\n" + bindings
 }
 
 func (s stack) write(t *testing.T, bindings string) {
@@ -284,6 +284,7 @@ type runtimeFile struct {
 	PID             int       `json:"pid"`
 	StartedAt       time.Time `json:"startedAt"`
 	NATSURL         string    `json:"natsUrl"`
+	ExplorerURL     string    `json:"explorerUrl"`
 	Stack           string    `json:"stack"`
 	StackFile       string    `json:"stackFile"`
 	DataDir         string    `json:"dataDir"`
@@ -347,6 +348,7 @@ type statusOut struct {
 	Running   bool   `json:"running"`
 	PID       int    `json:"pid"`
 	NATSURL   string `json:"natsUrl"`
+	Explorer  string `json:"explorerUrl"`
 	Stack     string `json:"stack"`
 	Bindings  []statusBinding
 	LastError string `json:"lastReloadError"`

@@ -27,8 +27,8 @@ import (
 
 // Limits of the KV binding, the same for every engine.
 const (
-	MaxKeyBytes   = 512
-	MaxValueBytes = 24576
+	MaxKeyBytes   = driver.MaxKeyBytes
+	MaxValueBytes = driver.MaxValueBytes
 	// DefaultScanLimit is the page size callers should use when they have no
 	// preference; it is also the largest page Scan returns.
 	DefaultScanLimit = 1000
@@ -187,24 +187,6 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, opts ...PutOp
 	return won, nil
 }
 
-// GetItem is Get that also returns the key's expiry (Item.ExpiresAt, zero
-// when it never expires). An engine that cannot tell expiries makes it
-// fail with KV_OPERATION_FAILED.
-func (s *Store) GetItem(ctx context.Context, key string) (Item, bool, error) {
-	if err := validKey("key", key); err != nil {
-		return Item{}, false, err
-	}
-	ig, ok := s.drv.(driver.ItemGetter)
-	if !ok {
-		return Item{}, false, bindings.Errorf(bindings.CodeKVOperationFailed, "get %q with its expiry: the engine of %s cannot tell expiries", key, s.drv.Path())
-	}
-	it, found, err := ig.GetItem(ctx, key)
-	if err != nil {
-		return Item{}, false, opErr(err, "get %q", key)
-	}
-	return Item(it), found, nil
-}
-
 // Delete removes key. Deleting a missing key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := validKey("key", key); err != nil {
@@ -294,23 +276,9 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// validKey checks a key or scan prefix: 1..512 bytes of A-Z a-z 0-9 - _ : .
-func validKey(field, key string) error {
-	if len(key) == 0 || len(key) > MaxKeyBytes {
-		return bindings.Errorf(bindings.CodeInvalidInput,
-			"%s: must be 1 to %d bytes, got %d bytes", field, MaxKeyBytes, len(key))
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == ':', c == '.':
-		default:
-			return bindings.Errorf(bindings.CodeInvalidInput,
-				"%s: may hold only A-Z a-z 0-9 - _ : . but byte %d is %q in %q", field, i, c, truncate(key, 64))
-		}
-	}
-	return nil
-}
+// validKey checks a key or scan prefix: the rule is driver.ValidKey, which
+// engines use too.
+func validKey(field, key string) error { return driver.ValidKey(field, key) }
 
 func init() {
 	hook.KVDriver = func(s any) any { return s.(*Store).drv }

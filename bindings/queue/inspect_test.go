@@ -30,6 +30,9 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("receive: %v %d", err, len(got))
 	}
+	if err := q.Send(ctx, queue.Text("later"), queue.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 
 	ro, err := queue.Open(ctx, dir, queue.WithReadOnly(), queue.WithClock(clock))
 	if err != nil {
@@ -41,7 +44,7 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ms) != 3 {
+		if len(ms) != 4 {
 			t.Fatalf("peek returned %d messages", len(ms))
 		}
 		first := ms[0]
@@ -55,7 +58,7 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Total != 3 || st.Due != 2 || st.InFlight != 1 || !st.Oldest.Equal(ms[0].EnqueuedAt) {
+		if st.Total != 4 || st.Due != 2 || st.InFlight != 2 || st.Delayed != 1 || !st.Oldest.Equal(ms[0].EnqueuedAt) {
 			t.Errorf("stats = %+v", st)
 		}
 	}

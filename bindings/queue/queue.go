@@ -35,7 +35,7 @@ import (
 
 // Limits and defaults of the queue binding, the same for every engine.
 const (
-	MaxPayloadBytes   = 65536
+	MaxPayloadBytes   = driver.MaxPayloadBytes
 	MaxReceiveBatch   = 10
 	DefaultVisibility = 30 * time.Second
 	MinVisibility     = time.Millisecond
@@ -485,6 +485,11 @@ type PeekedMessage struct {
 	// Consume (at most MaxLastErrorBytes), kept when it moves to its
 	// dead-letter queue; "" if none.
 	LastError string
+	// Odd says what is odd about a row another program wrote, one note per
+	// column (a REAL enqueued_at, a json payload that is not JSON, ...):
+	// what a receive coerces, or why it cannot deliver the row. Empty for
+	// rows a spec-exact writer wrote.
+	Odd []string
 }
 
 // Peek returns up to limit (1..MaxPeekLimit) messages in delivery order,
@@ -501,7 +506,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	var out []PeekedMessage
 	for _, m := range dms {
 		out = append(out, PeekedMessage{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt, VisibleAt: m.VisibleAt,
-			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, LastError: m.LastError})
+			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, LastError: m.LastError, Odd: m.Odd})
 	}
 	return out, nil
 }

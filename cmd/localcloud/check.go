@@ -104,15 +104,25 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	if out.OK {
 		return nil
 	}
-	bad := 0
+	bad, rows := 0, 0
 	for _, s := range out.Stores {
 		if !s.OK {
 			bad++
 		}
+		for _, p := range s.Problems {
+			if p.Kind == sqlstore.ProblemRow {
+				rows++
+			}
+		}
+	}
+	try := "restore a verified backup (localcloud restore BINDING FILE), or fix the modes with chmod 700 DIR / chmod 600 FILE"
+	if rows == out.Problems {
+		// Only rows another program wrote: the store itself is sound.
+		try = "the row problems are rows another program wrote that localcloud coerces or cannot deliver (README: Guarantees); fix or delete them with that program, or ack/purge them"
 	}
 	return &hintError{
 		err: fmt.Errorf("check found %d problem%s in %d of %d stores", out.Problems, plural(out.Problems), bad, len(out.Stores)),
-		try: "restore a verified backup (localcloud restore BINDING FILE), or fix the modes with chmod 700 DIR / chmod 600 FILE",
+		try: try,
 	}
 }
 
@@ -252,7 +262,11 @@ For every binding (or the ones named) check verifies:
     plus localcloud's own index and tables (lc_*) on queues; a missing,
     changed or unknown object is a problem (a missing lc_ object is only a
     note: a spec-exact store has none);
-  - PRAGMA integrity_check.
+  - PRAGMA integrity_check;
+  - the rows: one "row" problem per row another program wrote that
+    localcloud reads with a conversion or cannot deliver (a REAL or TEXT
+    timestamp, a json payload that is not JSON, an unknown payload_type, a
+    number or TEXT in the kv value column, ...), naming the row id or key.
 
 It prints one line per problem ("BINDING: KIND: message"), or "BINDING: ok",
 and exits 1 if it found any problem. A binding whose store does not exist yet

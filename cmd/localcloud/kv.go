@@ -108,7 +108,7 @@ func (c *kvCommand) withKey(ctx context.Context, sub string, args []string, do f
 
 func (c *kvCommand) get(ctx context.Context, args []string) error {
 	return c.withKey(ctx, "get", args, func(s *kv.Store, b config.Binding, key string, asJSON bool) error {
-		it, ok, err := s.GetItem(ctx, key)
+		it, ok, err := s.Lookup(ctx, key)
 		if err != nil {
 			return storeErr("kv get", err)
 		}

@@ -40,6 +40,8 @@ const goodStack = `version: 1
 name: shop
 notify:
   listen: 127.0.0.1:0
+explorer:
+  listen: 127.0.0.1:0
 bindings:
   carts:
     type: kv

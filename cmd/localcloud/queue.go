@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
@@ -61,13 +63,16 @@ type (
 		Messages []queueMessageOut `json:"messages"`
 	}
 	queueMessageOut struct {
-		ID         int64           `json:"id"`
-		Receipt    string          `json:"receipt"`
-		Attempt    int             `json:"attempt"`
-		Type       string          `json:"type"`
-		Payload    string          `json:"payload"`
-		JSON       json.RawMessage `json:"json,omitempty"`
-		EnqueuedAt string          `json:"enqueuedAt"`
+		ID      int64           `json:"id"`
+		Receipt string          `json:"receipt"`
+		Attempt int             `json:"attempt"`
+		Type    string          `json:"type"`
+		Payload string          `json:"payload"`
+		JSON    json.RawMessage `json:"json,omitempty"`
+		// PayloadBase64 is the payload's bytes when they are not UTF-8
+		// (another program's BLOB): payload then shows them with U+FFFD.
+		PayloadBase64 string `json:"payloadBase64,omitempty"`
+		EnqueuedAt    string `json:"enqueuedAt"`
 	}
 	queueReceiptJSON struct {
 		Binding string              `json:"binding"`
@@ -89,15 +94,18 @@ type (
 		Messages []queuePeekOut `json:"messages"`
 	}
 	queuePeekOut struct {
-		ID         int64           `json:"id"`
-		Attempt    int             `json:"attempt"`
-		Type       string          `json:"type"`
-		Payload    string          `json:"payload"`
-		JSON       json.RawMessage `json:"json,omitempty"`
-		Bytes      int             `json:"bytes"`
-		EnqueuedAt string          `json:"enqueuedAt"`
-		VisibleAt  string          `json:"visibleAt"`
-		State      string          `json:"state"`
+		ID            int64           `json:"id"`
+		Attempt       int             `json:"attempt"`
+		Type          string          `json:"type"`
+		Payload       string          `json:"payload"`
+		JSON          json.RawMessage `json:"json,omitempty"`
+		Bytes         int             `json:"bytes"`
+		PayloadBase64 string          `json:"payloadBase64,omitempty"`
+		EnqueuedAt    string          `json:"enqueuedAt"`
+		VisibleAt     string          `json:"visibleAt"`
+		State         string          `json:"state"`
+		// Odd says what is odd about a row another program wrote.
+		Odd []string `json:"odd,omitempty"`
 		// Origin is where a dead letter came from (absent otherwise).
 		Origin *queueOriginOut `json:"origin,omitempty"`
 		// LastError is the error of the message's last failed delivery in
@@ -112,6 +120,7 @@ type (
 		EnqueuedAt  string `json:"enqueuedAt"`
 		MovedAt     string `json:"movedAt"`
 		LastReceipt string `json:"lastReceipt,omitempty"`
+		Reason      string `json:"reason,omitempty"`
 	}
 	queueExtendJSON struct {
 		Binding      string `json:"binding"`
@@ -152,6 +161,9 @@ const (
 	stateInFlight = "in-flight"
 	stateDelayed  = "delayed"
 	stateMoving   = "moving"
+	// stateNeverDue: visible_at is no number (written by another
+	// program), which SQLite compares above every number.
+	stateNeverDue = "never-due"
 )
 
 func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
@@ -253,9 +265,13 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 	if *asJSON {
 		out := queueReceiveJSON{Binding: b.Name, Messages: []queueMessageOut{}}
 		for _, m := range msgs {
+			// Every claimed message is printed: a payload another program
+			// wrote that is not JSON although typed json gets no json
+			// field (it would make the whole output unprintable), one that
+			// is not UTF-8 its bytes in base64.
 			mo := queueMessageOut{ID: m.ID, Receipt: m.ReceiptHandle, Attempt: m.Attempt, Type: string(m.Payload.Type),
-				Payload: m.Payload.Data, EnqueuedAt: fmtTime(m.EnqueuedAt)}
-			if m.Payload.Type == queue.TypeJSON {
+				Payload: m.Payload.Data, PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt)}
+			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				mo.JSON = json.RawMessage(m.Payload.Data)
 			}
 			out.Messages = append(out.Messages, mo)
@@ -412,13 +428,14 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 		out := queuePeekJSON{Binding: b.Name, Messages: []queuePeekOut{}}
 		for _, m := range msgs {
 			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
-				Bytes: len(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt), VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now)}
+				Bytes: len(m.Payload.Data), PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt),
+				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd}
 			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				po.JSON = json.RawMessage(m.Payload.Data)
 			}
 			if o := m.Origin; o != nil {
 				po.Origin = &queueOriginOut{Binding: o.Binding, Store: o.Store, ID: o.ID, Attempts: o.Attempts,
-					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt}
+					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt, Reason: o.Reason}
 			}
 			if m.LastError != "" {
 				po.LastError = &m.LastError
@@ -431,7 +448,7 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD\tLAST ERROR")
 	for _, m := range msgs {
 		state := peekState(m, now)
-		if state != stateDue && state != stateMoving {
+		if state != stateDue && state != stateMoving && state != stateNeverDue {
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
 		lastErr := "-"
@@ -441,7 +458,26 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
 			state, originText(m.Origin), m.Payload.Type, preview([]byte(m.Payload.Data)), lastErr)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if len(m.Odd) > 0 {
+			fmt.Fprintf(c.app.stdout, "message %d was written by another program: %s\n", m.ID, strings.Join(m.Odd, "; "))
+		}
+		if m.Origin != nil && m.Origin.Reason != "" {
+			fmt.Fprintf(c.app.stdout, "message %d was moved here undelivered: %s\n", m.ID, m.Origin.Reason)
+		}
+	}
+	return nil
+}
+
+// base64IfBinary returns s in base64 when it is not UTF-8, else "".
+func base64IfBinary(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
 }
 
 // originText shows where a dead letter came from: "orders#17 (3 attempts)",
@@ -463,6 +499,8 @@ func peekState(m queue.PeekedMessage, now time.Time) string {
 	switch {
 	case m.Moving:
 		return stateMoving
+	case m.VisibleAt.IsZero():
+		return stateNeverDue
 	case !m.VisibleAt.After(now):
 		return stateDue
 	case m.Attempt > 0:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"io/fs"
 	"os"
@@ -43,6 +42,7 @@ type statusReport struct {
 	Running         bool            `json:"running"`
 	PID             int             `json:"pid,omitempty"`
 	NATSURL         string          `json:"natsUrl,omitempty"`
+	ExplorerURL     string          `json:"explorerUrl,omitempty"`
 	StartedAt       *time.Time      `json:"startedAt,omitempty"`
 	UptimeSeconds   int64           `json:"uptimeSeconds,omitempty"`
 	Stack           string          `json:"stack"`
@@ -138,6 +138,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	case rt != nil:
 		started := rt.StartedAt
 		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
+		rep.ExplorerURL = rt.ExplorerURL
 		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
 		rep.Stack, rep.StackFile, rep.Health, rep.LastReloadError = rt.Stack, rt.StackFile, rt.Health, rt.LastReloadError
 		for _, b := range rt.Bindings {
@@ -220,11 +221,8 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 			return
 		}
 		defer s.Close()
-		var c kvCounts
-		es, err := admin.KV(s)
-		if err == nil {
-			c.Live, c.Expired, err = es.Counts(ctx, now)
-		}
+		st, err := s.Stats(ctx)
+		c := kvCounts{Live: st.Live, Expired: st.Expired}
 		if err != nil {
 			sb.CountError = fmt.Sprintf("count keys: %v", err)
 			return
@@ -294,6 +292,9 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 	case rep.Running && rep.PID > 0:
 		up := time.Duration(rep.UptimeSeconds) * time.Second
 		fmt.Fprintf(w, "up: running, pid %d, up %s, NATS %s\n", rep.PID, up, rep.NATSURL)
+		if rep.ExplorerURL != "" {
+			fmt.Fprintf(w, "explorer: %s\n", rep.ExplorerURL)
+		}
 	case rep.Running:
 		fmt.Fprintln(w, "up: starting")
 	default:
@@ -348,7 +349,7 @@ Usage:
   localcloud status [-f FILE] [--json]
 
 Shows whether localcloud up serves the stack's data dir (pid, NATS URL,
-uptime) and per binding its type, health, path and contents: live and
+explorer URL, uptime) and per binding its type, health, path and contents: live and
 expired keys of a KV store; due and in-flight messages and the age of the
 oldest message of a queue. The stores are opened read-only. While up runs
 the bindings and their health are the ones up serves; otherwise the stack

@@ -55,16 +55,30 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	log, natsLog := c.app.loggers(*verbose)
+	exp, err := listenExplorer(st)
+	if err != nil {
+		return err
+	}
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
 		LoadOptions: c.app.loadOptions(),
+		ExplorerURL: exp.url(),
 	})
 	if err != nil {
+		exp.abort()
 		return startError(err, st)
 	}
-	c.printSummary(sup, st)
-	log.Info(readyMsg, "nats", sup.URL(), "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())
+	if err := exp.serve(sup, st, log); err != nil {
+		_ = sup.Close()
+		return err
+	}
+	c.printSummary(sup, st, exp)
+	attrs := []any{"nats", sup.URL()}
+	if exp != nil {
+		attrs = append(attrs, "explorer", exp.url())
+	}
+	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
 
 	var stopCause any
 	for stopCause == nil {
@@ -81,7 +95,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	}
 	log.Info("stopping", "cause", fmt.Sprint(stopCause))
 	done := make(chan error, 1)
-	go func() { done <- sup.Close() }()
+	go func() {
+		exp.close(shutdownTimeout / 4) // before the stores it reads
+		done <- sup.Close()
+	}()
 	timer := time.NewTimer(shutdownTimeout)
 	defer timer.Stop()
 	for {
@@ -123,18 +140,19 @@ func startError(err error, st *config.Stack) error {
 }
 
 // printSummary prints what up serves to stdout.
-func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack) {
+func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, exp *upExplorer) {
 	w := c.app.stdout
 	fmt.Fprintf(w, "localcloud up: stack %s (%s)\n", st.Name, st.File)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  data dir\t%s\n", st.DataDir)
 	fmt.Fprintf(tw, "  runtime file\t%s\n", filepath.Join(st.DataDir, supervisor.RuntimeFileName))
 	fmt.Fprintf(tw, "  NATS\t%s (hints on %s)\n", sup.URL(), config.Subject(st.Name, "<binding>"))
+	fmt.Fprintf(tw, "  explorer\t%s\n", exp.summary(st))
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
 	printBindings(w, st)
-	fmt.Fprintf(w, "defaults in force: dataDir %s, notify.listen %s, visibilityTimeout %s, durability %s; health check every %s\n",
-		config.DefaultDataDir, config.DefaultListen, config.DefaultVisibilityTimeout, config.DefaultDurability, supervisor.DefaultHealthInterval)
+	fmt.Fprintf(w, "defaults in force: dataDir %s, notify.listen %s, explorer.listen %s, visibilityTimeout %s, durability %s; health check every %s\n",
+		config.DefaultDataDir, config.DefaultListen, config.DefaultExplorerListen, config.DefaultVisibilityTimeout, config.DefaultDurability, supervisor.DefaultHealthInterval)
 	fmt.Fprintf(w, "apps: localcloud run -f %s -- CMD, or eval \"$(localcloud env -f %s)\"\n", st.File, st.File)
 	fmt.Fprintln(w, "reload: save the stack file or send SIGHUP; stop: Ctrl-C or SIGTERM")
 }
@@ -150,7 +168,9 @@ up checks the stack file, takes <dataDir>/.lock (a second up on the same
 data dir fails naming the first one's pid), creates the data dir and every
 binding's store (directories 0700, files 0600; a store of another format
 stops up and is left untouched), starts the embedded NATS hint server and
-writes <dataDir>/runtime.json. It prints a summary on stdout and then logs,
+writes <dataDir>/runtime.json, and serves the web explorer (stack field
+explorer; default http://127.0.0.1:4280/, a free port when that one is
+taken and the stack sets none; "explorer: off" turns it off). It prints a summary on stdout and then logs,
 on stderr, one line with msg=ready that scripts can wait for:
 
   time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT stack=NAME bindings=N pid=PID

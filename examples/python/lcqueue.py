@@ -36,7 +36,7 @@ STMT_DUE_UNSPENT = ("SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?
                     "ORDER BY enqueued_at, id LIMIT ?2")
 STMT_CLAIM = """UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = ?3
+receipt_handle = ?2 WHERE id = ?3 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
 RETURNING payload_type, payload_data, attempt"""
 STMT_ACK = "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2"
 STMT_NACK = "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2"

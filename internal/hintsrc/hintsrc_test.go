@@ -403,3 +403,30 @@ func TestLibraryHintCoversOnlyCommittedIDs(t *testing.T) {
 		testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint for the foreign insert", func() bool { return r.count() == 2+i })
 	}
 }
+
+// TestRealVisibleAtHinted: a delayed message whose visible_at another
+// program stored as REAL milliseconds (Python's time.time()*1000) is
+// announced when it is due, like one with an INTEGER visible_at.
+func TestRealVisibleAtHinted(t *testing.T) {
+	t.Parallel()
+	subject := notify.Subject("test", "realvis")
+	r := newRig(t, subject)
+	dir := t.TempDir()
+	if err := r.src.Add("realvis", subject, openQueue(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	visible := float64(now.Add(300*time.Millisecond).UnixNano())/1e6 + 0.5
+	if _, err := foreign(t, dir).Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?2, 0)`, float64(now.UnixNano())/1e6, visible); err != nil {
+		t.Fatal(err)
+	}
+	due := time.UnixMilli(int64(visible))
+	testutil.CheckFor(t, waitTimeout, time.Millisecond, "a hint when the message with a REAL visible_at is due", func() bool {
+		h, ok := r.firstFrom(due)
+		return ok && h.hint.Due == 1
+	})
+	if h, _ := r.firstFrom(due); h.at.Sub(due) > time.Second {
+		t.Fatalf("hint %s after visible_at, want 0..1s (a timer, not a poll)", h.at.Sub(due))
+	}
+}

@@ -45,6 +45,9 @@ const (
 	ProblemSchemaUnknown = "schema-unknown"
 	// ProblemIntegrity: a line of PRAGMA integrity_check other than "ok".
 	ProblemIntegrity = "integrity"
+	// ProblemRow: a row another program wrote that localcloud has to
+	// coerce or cannot use (Format.CheckRows).
+	ProblemRow = "row"
 )
 
 // Problem is one finding of [Verify].
@@ -130,6 +133,9 @@ func immutableURI(path string) string {
 // verified on its own (SQLite's immutable mode), so not even the -shm a
 // read-only connection would build from the -wal is written.
 //
+// With f.CheckRows, the rows are then read and every odd one (written by
+// another program) is a ProblemRow.
+//
 // Every finding is a Problem; the error is only for a cancelled ctx or a
 // path that is not a regular file. Verify must not run in a process that
 // has the database open (it reads the header with its own descriptor).
@@ -177,6 +183,16 @@ func Verify(ctx context.Context, path string, f Format) (Verification, error) {
 	if markerOK {
 		if err := verifySchema(ctx, conn, f, &v); err != nil {
 			return v, ctxOr(ctx, err, &v)
+		}
+		if f.CheckRows != nil {
+			probs, err := f.CheckRows(ctx, conn)
+			if err != nil {
+				if ctx.Err() != nil {
+					return v, ctx.Err()
+				}
+				v.Problems = append(v.Problems, Problem{Kind: ProblemRow, Message: "cannot read the rows: " + err.Error()})
+			}
+			v.Problems = append(v.Problems, probs...)
 		}
 	}
 	if err := verifyIntegrity(ctx, conn, &v); err != nil {

@@ -49,6 +49,10 @@ type Format struct {
 	Extra string
 	// OpCode is the code of operation errors (KV_OPERATION_FAILED, ...).
 	OpCode bindings.Code
+	// CheckRows, if set, reads the provider rows through conn (read-only)
+	// and returns a ProblemRow for each row another program wrote that
+	// the store has to coerce or cannot use. Verify runs it.
+	CheckRows func(ctx context.Context, conn *sql.Conn) ([]Problem, error)
 }
 
 // MetaDDL is the meta table both formats share, exactly as the spec writes it.

@@ -20,6 +20,7 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"github.com/localcloud/localcloud/bindings"
 	"log/slog"
 	"time"
 )
@@ -69,13 +70,6 @@ type Item struct {
 	ExpiresAt time.Time
 }
 
-// ItemGetter is implemented by an engine that can return a key's expiry
-// with its value (kv.Store.GetItem).
-type ItemGetter interface {
-	// GetItem is Get with the key's expiry.
-	GetItem(ctx context.Context, key string) (item Item, found bool, err error)
-}
-
 // Store is one open store. It must be safe for concurrent use.
 type Store interface {
 	// Get returns the value of key and whether it is live. A value that
@@ -92,8 +86,63 @@ type Store interface {
 	// after after ("" for the first), in byte order of the key, and whether
 	// more such keys remain.
 	Scan(ctx context.Context, prefix, after string, limit int) (items []Item, more bool, err error)
+	// Stats counts the keys in one read, without changing anything.
+	Stats(ctx context.Context) (Stats, error)
+	// Lookup returns a live key's value and expiry without changing
+	// anything (an expired key is absent and left as it is).
+	Lookup(ctx context.Context, key string) (Entry, bool, error)
 	// Path is what tools show for the store: a file, "memory:NAME", a URL.
 	Path() string
 	// Close releases the handle; a second Close is a no-op.
 	Close() error
+}
+
+// The limits of keys and values, the same for every engine (kv.MaxKeyBytes,
+// kv.MaxValueBytes).
+const (
+	MaxKeyBytes   = 512
+	MaxValueBytes = 24576
+)
+
+// ValidKey checks a key or scan prefix: 1..512 bytes (MaxKeyBytes) of
+// A-Z a-z 0-9 - _ : . It is the one rule: package kv checks every argument
+// with it before calling an engine, and an engine that reports stored keys
+// another program wrote uses it to tell them apart.
+func ValidKey(field, key string) error {
+	if len(key) == 0 || len(key) > MaxKeyBytes {
+		return bindings.Errorf(bindings.CodeInvalidInput,
+			"%s: must be 1 to %d bytes, got %d bytes", field, MaxKeyBytes, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == ':', c == '.':
+		default:
+			return bindings.Errorf(bindings.CodeInvalidInput,
+				"%s: may hold only A-Z a-z 0-9 - _ : . but byte %d is %q in %q", field, i, c, truncate(key, 64))
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// Stats are a KV store's counts at one moment.
+type Stats struct {
+	Live int64 // keys without a TTL or whose TTL has not passed
+	// Expired counts rows whose TTL has passed but that are still stored
+	// (they read as absent and are deleted when read or overwritten).
+	Expired int64
+}
+
+// Entry is a live key's value with its expiry, as Lookup sees it.
+type Entry struct {
+	Value []byte
+	// ExpiresAt is when the key expires; zero when it has no TTL.
+	ExpiresAt time.Time
 }

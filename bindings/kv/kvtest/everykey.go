@@ -46,7 +46,7 @@ func testScanEveryKey(t *testing.T, h Harness) {
 	}
 }
 
-// testExpiresAtShown: Scan and GetItem give each key's expiry, zero for
+// testExpiresAtShown: Scan and Lookup give each key's expiry, zero for
 // a key without TTL.
 func testExpiresAtShown(t *testing.T, h Harness) {
 	tl := newTimeline(h)
@@ -76,22 +76,22 @@ func testExpiresAtShown(t *testing.T, h Harness) {
 	if !p.Items[1].ExpiresAt.IsZero() {
 		t.Errorf("scan ttl:b (no TTL): expires at %s; want zero", p.Items[1].ExpiresAt)
 	}
-	it, ok, err := s.GetItem(ctx, "ttl:a")
+	it, ok, err := s.Lookup(ctx, "ttl:a")
 	if err != nil || !ok || string(it.Value) != "1" {
-		t.Fatalf("GetItem: %+v %v %v", it, ok, err)
+		t.Fatalf("Lookup: %+v %v %v", it, ok, err)
 	}
-	check("GetItem ttl:a", it.ExpiresAt)
-	if it, ok, err := s.GetItem(ctx, "ttl:b"); err != nil || !ok || !it.ExpiresAt.IsZero() {
-		t.Errorf("GetItem ttl:b: %+v %v %v; want no expiry", it, ok, err)
+	check("Lookup ttl:a", it.ExpiresAt)
+	if it, ok, err := s.Lookup(ctx, "ttl:b"); err != nil || !ok || !it.ExpiresAt.IsZero() {
+		t.Errorf("Lookup ttl:b: %+v %v %v; want no expiry", it, ok, err)
 	}
-	if _, ok, err := s.GetItem(ctx, "ttl:none"); err != nil || ok {
-		t.Errorf("GetItem of a missing key: %v %v", ok, err)
+	if _, ok, err := s.Lookup(ctx, "ttl:none"); err != nil || ok {
+		t.Errorf("Lookup of a missing key: %v %v", ok, err)
 	}
-	_, _, err = s.GetItem(ctx, "bad key")
+	_, _, err = s.Lookup(ctx, "bad key")
 	wantInvalid(t, err, "key")
 	tl.past(2 * time.Second)
-	if _, ok, err := s.GetItem(ctx, "ttl:a"); err != nil || ok {
-		t.Errorf("GetItem after expiry: %v %v; want absent", ok, err)
+	if _, ok, err := s.Lookup(ctx, "ttl:a"); err != nil || ok {
+		t.Errorf("Lookup after expiry: %v %v; want absent", ok, err)
 	}
 }
 

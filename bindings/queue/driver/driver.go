@@ -98,6 +98,14 @@ type Hints struct {
 	NoLocalWake bool
 }
 
+// The payload types and the payload limit, the same for every engine
+// (queue.TypeText, queue.TypeJSON, queue.MaxPayloadBytes).
+const (
+	TypeText        = "text"
+	TypeJSON        = "json"
+	MaxPayloadBytes = 65536
+)
+
 // Payload is a message body: Type "text" (Data raw) or "json" (Data
 // serialized JSON).
 type Payload struct {
@@ -125,6 +133,11 @@ type Origin struct {
 	// LastReceipt is the receipt handle of its last delivery there; "" if
 	// it had none.
 	LastReceipt string
+	// Reason is why it was moved although it was not spent: its row there,
+	// written by another program, could not be delivered (say, an
+	// enqueued_at that is not a number). "" for a message that used up its
+	// attempts.
+	Reason string
 }
 
 // OriginCount is how many dead letters of a queue came from one origin.
@@ -156,6 +169,11 @@ type PeekedMessage struct {
 	// (FailureRecorder), carried along into its dead-letter queue; "" if
 	// none was recorded.
 	LastError string
+	// Odd says what is odd about a row another program wrote, one note per
+	// column (a REAL enqueued_at, a json payload that is not JSON, ...):
+	// what a receive coerces, or why it cannot deliver the row. Empty for
+	// rows a spec-exact writer wrote.
+	Odd []string
 }
 
 // FailureRecorder is implemented by an engine that keeps the last error of
@@ -185,7 +203,10 @@ type DedupSender interface {
 type Stats struct {
 	Due      int64 // due now
 	InFlight int64 // not due now: leased (or delayed)
-	Total    int64
+	// Delayed counts the InFlight messages never delivered yet: sent with a
+	// delay that has not passed. InFlight - Delayed are leased.
+	Delayed int64
+	Total   int64
 	// Oldest is the enqueue time of the oldest message; zero when empty.
 	Oldest time.Time
 	// DeadLetters counts the messages moved here from a queue whose

@@ -37,6 +37,8 @@ var format = sqlstore.Format{
 	File:   FileName,
 	Schema: Schema,
 	OpCode: bindings.CodeKVOperationFailed,
+	// Rows another program wrote (rows.go).
+	CheckRows: checkRows,
 }
 
 // Format returns the description of localkv.v1 used by the store plumbing.
@@ -136,41 +138,12 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if !found {
 		return nil, false, nil
 	}
-	if exp, ok := row[1].(int64); ok && exp <= now {
+	if expired(row[1], now) { // a REAL from another program too (rows.go)
 		return nil, false, s.deleteExpired(ctx, key, now)
 	}
-	switch v := row[0].(type) {
-	case []byte:
-		if v != nil {
-			return v, true, nil
-		}
-	case string: // TEXT written by another program into the BLOB column
-		return []byte(v), true, nil
-	}
-	return []byte{}, true, nil
-}
-
-// GetItem is Get that also returns the key's expiry (driver.ItemGetter).
-func (s *Store) GetItem(ctx context.Context, key string) (driver.Item, bool, error) {
-	now := s.nowMillis()
-	var row [2]sqldriver.Value // value, expires_at
-	found, err := s.db.ReadRow(ctx, stmtGet, []sqldriver.NamedValue{{Ordinal: 1, Value: key}}, row[:])
-	if err != nil || !found {
-		return driver.Item{}, false, err
-	}
-	if exp, ok := row[1].(int64); ok && exp <= now {
-		return driver.Item{}, false, s.deleteExpired(ctx, key, now)
-	}
-	it := driver.Item{Key: key, Value: []byte{}, ExpiresAt: expiryOf(row[1])}
-	switch v := row[0].(type) {
-	case []byte:
-		if v != nil {
-			it.Value = v
-		}
-	case string: // TEXT written by another program into the BLOB column
-		it.Value = []byte(v)
-	}
-	return it, true, nil
+	// TEXT, a number or NULL written by another program into the BLOB
+	// column: rows.go.
+	return valueBytes(row[0]), true, nil
 }
 
 // expiryOf is an expires_at value as a time: zero for NULL and for values
@@ -194,7 +167,7 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	if !found {
 		return false, nil
 	}
-	if exp, ok := row[0].(int64); ok && exp <= now {
+	if expired(row[0], now) {
 		return false, s.deleteExpired(ctx, key, now)
 	}
 	return true, nil
@@ -291,16 +264,3 @@ func (s *Store) Scan(ctx context.Context, prefix, after string, limit int) ([]dr
 
 // DB returns the store plumbing, for localcloud's own tools and tests.
 func (s *Store) DB() *sqlstore.DB { return s.db }
-
-// stmtCounts counts live and expired keys at ?1 (unix ms).
-const stmtCounts = `SELECT
-COALESCE(SUM(CASE WHEN expires_at IS NULL OR expires_at > ?1 THEN 1 ELSE 0 END), 0),
-COALESCE(SUM(CASE WHEN expires_at IS NOT NULL AND expires_at <= ?1 THEN 1 ELSE 0 END), 0)
-FROM kv`
-
-// Counts returns how many keys are live and how many expired (rows not
-// deleted yet) at now, in one read; for `localcloud status`.
-func (s *Store) Counts(ctx context.Context, now time.Time) (live, expired int64, err error) {
-	err = s.db.R.QueryRowContext(ctx, stmtCounts, now.UnixMilli()).Scan(&live, &expired)
-	return live, expired, err
-}

@@ -127,6 +127,10 @@ dlq_message_id INTEGER, -- messages.id here
 PRIMARY KEY (origin_store, origin_id)
 );
 CREATE INDEX IF NOT EXISTS lc_dead_letters_message ON lc_dead_letters (dlq_message_id);
+CREATE TABLE IF NOT EXISTS lc_dead_letter_reasons (
+dlq_message_id INTEGER PRIMARY KEY, -- messages.id here of a dead letter that was not spent but undeliverable
+reason TEXT NOT NULL -- why its origin could not deliver it (rows.go)
+);
 CREATE TABLE IF NOT EXISTS lc_redriven (
 dlq_store TEXT NOT NULL, -- location of the dead-letter queue
 dlq_id INTEGER NOT NULL, -- the message's messages.id there
@@ -247,7 +251,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 ON CONFLICT (message_id) DO UPDATE SET token = lc_moves.token
 RETURNING token, dest, kind, binding, attempts, last_receipt, started_at`
 	stmtPendingMoves = `SELECT mv.message_id, mv.token, mv.dest, mv.kind, mv.binding, mv.attempts, mv.last_receipt, mv.started_at,
-m.payload_type, m.payload_data, m.enqueued_at, a.origin_store
+m.id IS NOT NULL, m.payload_type, m.payload_data, m.enqueued_at, a.origin_store
 FROM lc_moves mv LEFT JOIN messages m ON m.id = mv.message_id
 LEFT JOIN lc_arrivals a ON a.message_id = mv.message_id AND a.kind = 'dead-letter'
 WHERE mv.started_at <= ?1 AND mv.message_id > ?2 ORDER BY mv.message_id LIMIT ?3`
@@ -267,6 +271,11 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (move_token) DO NOTHING`
 	stmtLegacyArrival = `UPDATE lc_arrivals SET move_token = ?1
 WHERE rowid = (SELECT rowid FROM lc_arrivals WHERE move_token LIKE 'legacy:%' AND origin_store = ?2 AND origin_id = ?3
 AND kind = ?4 AND arrived_at >= ?5 ORDER BY arrived_at LIMIT 1)`
+	// Why a message could not be delivered in its queue (rows.go), by its
+	// id here; a dead letter without one clears what an earlier message
+	// with the same id (before a restore) left.
+	stmtDeadReason      = `INSERT OR REPLACE INTO lc_dead_letter_reasons (dlq_message_id, reason) VALUES (?1, ?2)`
+	stmtDeadReasonClear = `DELETE FROM lc_dead_letter_reasons WHERE dlq_message_id = ?1`
 )
 
 // Migration of the arrival records of older localcloud versions, one
@@ -321,6 +330,7 @@ type move struct {
 	// lastError is the message's last error here (lc_errors), carried into
 	// the dead-letter queue.
 	lastError string
+	reason    string // why the message could not be delivered (rows.go), "" if it was spent
 }
 
 // scope is what a caller may finish moves toward besides the handle's own
@@ -411,12 +421,15 @@ func (q *Queue) beginMove(ctx context.Context, tx *sqlstore.Tx, now time.Time, m
 // transaction.
 func (q *Queue) deadLetterIfSpent(ctx context.Context, tx *sqlstore.Tx, now time.Time, id int64) (move, bool, error) {
 	mv := move{id: id, dest: q.dead.dlq, kind: kindDeadLetter, binding: q.binding}
-	var receipt sql.NullString
-	if err := tx.QueryRow(ctx, stmtClaimInfo, id).Scan(&mv.attempts, &mv.typ, &mv.data, &mv.enqueuedAt, &receipt); err != nil {
+	r := storedRow{id: id, hasAttempt: true, hasReceipt: true}
+	if err := tx.QueryRow(ctx, stmtClaimInfo, id).Scan(&r.attempt, &r.typ, &r.data, &r.enq, &r.receipt); err != nil {
 		return move{}, false, err
 	}
-	if mv.attempts < q.dead.maxAttempts {
-		return move{}, false, nil
+	d := decodeRow(r) // total: rows another program wrote (rows.go)
+	mv.attempts, mv.typ, mv.data, mv.enqueuedAt, mv.reason = d.attempt, string(d.payload.Type), d.payload.Data, d.enqueuedAt, d.undeliverable
+	receipt := d.receipt
+	if d.payloadNull || (mv.reason == "" && mv.attempts < q.dead.maxAttempts) {
+		return move{}, false, nil // a NULL payload the claim leaves in place
 	}
 	if receipt.Valid {
 		mv.lastReceipt = sql.NullString{String: formatReceipt(id, receipt.String), Valid: true}
@@ -565,6 +578,16 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 	if err != nil {
 		return false, err
 	}
+	if mv.kind == kindDeadLetter {
+		if mv.reason != "" {
+			_, err = tx.Exec(ctx, stmtDeadReason, id, mv.reason)
+		} else {
+			_, err = tx.Exec(ctx, stmtDeadReasonClear, id)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
 	if _, err = tx.Exec(ctx, stmtArrivalID, mv.token, id); err != nil {
 		return false, err
 	}
@@ -636,16 +659,17 @@ func (q *Queue) pendingMoves(ctx context.Context, startedBefore, afterID int64) 
 	var out []move
 	for rows.Next() {
 		var mv move
-		var typ, data sql.NullString
-		var enq sql.NullInt64
+		var r storedRow
 		var origin sql.NullString
 		if err := rows.Scan(&mv.id, &mv.token, &mv.dest, &mv.kind, &mv.binding, &mv.attempts, &mv.lastReceipt, &mv.startedAt,
-			&typ, &data, &enq, &origin); err != nil {
+			&mv.present, &r.typ, &r.data, &r.enq, &origin); err != nil {
 			return nil, err
 		}
 		mv.origin = origin.String
-		mv.present = typ.Valid
-		mv.typ, mv.data, mv.enqueuedAt = typ.String, data.String, enq.Int64
+		if mv.present {
+			d := decodeRow(r) // total: rows another program wrote (rows.go)
+			mv.typ, mv.data, mv.enqueuedAt, mv.reason = string(d.payload.Type), d.payload.Data, d.enqueuedAt, d.undeliverable
+		}
 		out = append(out, mv)
 	}
 	return out, rows.Err()

@@ -3,6 +3,7 @@ package sqlitequeue
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 )
 
@@ -10,30 +11,33 @@ import (
 // pool, so they work on a handle opened with ReadOnly and never claim,
 // change or wait for the write lock.
 const (
-	stmtPeek = `SELECT id, attempt, enqueued_at, visible_at, payload_type, payload_data, receipt_handle IS NOT NULL
+	stmtPeek = `SELECT id, payload_type, payload_data, enqueued_at, visible_at, attempt, receipt_handle
 FROM messages ORDER BY enqueued_at, id LIMIT ?1`
-	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at)
+	stmtStats = `SELECT COUNT(*), COALESCE(SUM(CASE WHEN visible_at <= ?1 THEN 1 ELSE 0 END), 0), MIN(enqueued_at),
+COALESCE(SUM(CASE WHEN visible_at > ?1 AND attempt = 0 THEN 1 ELSE 0 END), 0)
 FROM messages`
 	// With localcloud's own tables (deadletter.go), which a store written
 	// only by a spec-exact implementation and opened read-only lacks.
 	stmtHasMoveTables = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('lc_moves', 'lc_arrivals')`
-	stmtPeekOrigin    = `SELECT m.id, m.attempt, m.enqueued_at, m.visible_at, m.payload_type, m.payload_data, m.receipt_handle IS NOT NULL,
+	stmtHasReasons    = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_dead_letter_reasons'`
+	// REASON is replaced by the reason column (LASTERROR by the last error),
+	// or NULL on a store that
+	// has no lc_dead_letter_reasons (opened read-only, never opened
+	// read-write since an older localcloud made it).
+	stmtPeekOrigin = `SELECT m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.attempt, m.receipt_handle,
 d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
-mv.message_id IS NOT NULL
+mv.message_id IS NOT NULL, REASON, LASTERROR
 FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
 ORDER BY m.enqueued_at, m.id LIMIT ?1`
+	peekReason       = `(SELECT r.reason FROM lc_dead_letter_reasons r WHERE r.dlq_message_id = m.id)`
 	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_arrivals d JOIN messages m ON m.id = d.message_id AND d.kind = 'dead-letter'
 GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_binding, d.origin_store`
 	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
 	// With localcloud's table of last errors (failures.go), which a store
 	// opened read-only since before this localcloud lacks.
 	stmtHasErrorTable = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_errors'`
-	stmtPeekErrors    = `SELECT m.id, m.attempt, m.enqueued_at, m.visible_at, m.payload_type, m.payload_data, m.receipt_handle IS NOT NULL,
-d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
-mv.message_id IS NOT NULL, e.error
-FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
-LEFT JOIN lc_errors e ON e.message_id = m.id
-ORDER BY m.enqueued_at, m.id LIMIT ?1`
+	// LASTERROR in stmtPeekOrigin is replaced by this, or NULL without lc_errors.
+	peekLastError = `(SELECT e.error FROM lc_errors e WHERE e.message_id = m.id)`
 )
 
 // Peek returns up to limit (checked by the caller) messages in delivery order
@@ -44,18 +48,24 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	if err != nil {
 		return nil, opErr(err, "peek")
 	}
-	var errs int
+	stmt := stmtPeek
 	if own {
+		var errs int
 		if err := q.db.R.QueryRowContext(ctx, stmtHasErrorTable).Scan(&errs); err != nil {
 			return nil, opErr(err, "peek")
 		}
-	}
-	stmt := stmtPeek
-	switch {
-	case own && errs == 1:
-		stmt = stmtPeekErrors
-	case own:
-		stmt = stmtPeekOrigin
+		reason, lastError := "NULL", "NULL"
+		var n int
+		if err := q.db.R.QueryRowContext(ctx, stmtHasReasons).Scan(&n); err != nil {
+			return nil, opErr(err, "peek")
+		}
+		if n == 1 {
+			reason = peekReason
+		}
+		if errs == 1 {
+			lastError = peekLastError
+		}
+		stmt = strings.Replace(strings.Replace(stmtPeekOrigin, "REASON", reason, 1), "LASTERROR", lastError, 1)
 	}
 	rows, err := q.db.R.QueryContext(ctx, stmt, limit)
 	if err != nil {
@@ -65,18 +75,17 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	var out []PeekedMessage
 	for rows.Next() {
 		var m PeekedMessage
-		var enq, vis int64
-		var typ, data string
-		dest := []any{&m.ID, &m.Attempt, &enq, &vis, &typ, &data, &m.Delivered}
+		r := storedRow{hasVis: true, hasAttempt: true, hasReceipt: true}
+		dest := []any{&r.id, &r.typ, &r.data, &r.enq, &r.vis, &r.attempt, &r.receipt}
 		var o struct {
-			store, binding, receipt  sql.NullString
-			id, attempts, enq, moved sql.NullInt64
+			store, binding, receipt, reason sql.NullString
+			id, attempts, enq, moved        sql.NullInt64
 		}
 		if own {
-			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving)
+			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving, &o.reason)
 		}
 		var lastErr sql.NullString
-		if own && errs == 1 {
+		if own {
 			dest = append(dest, &lastErr)
 		}
 		if err := rows.Scan(dest...); err != nil {
@@ -84,11 +93,19 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		}
 		if o.store.Valid {
 			m.Origin = &Origin{Store: o.store.String, Binding: o.binding.String, ID: o.id.Int64, Attempts: int(o.attempts.Int64),
-				EnqueuedAt: time.UnixMilli(o.enq.Int64), MovedAt: time.UnixMilli(o.moved.Int64), LastReceipt: o.receipt.String}
+				EnqueuedAt: time.UnixMilli(o.enq.Int64), MovedAt: time.UnixMilli(o.moved.Int64), LastReceipt: o.receipt.String,
+				Reason: o.reason.String}
 		}
 		m.LastError = lastErr.String
-		m.EnqueuedAt, m.VisibleAt = time.UnixMilli(enq), time.UnixMilli(vis)
-		m.Payload = Payload{Type: PayloadType(typ), Data: data}
+		d := decodeRow(r) // total: rows another program wrote (rows.go)
+		m.ID, m.Attempt, m.Delivered, m.Odd = r.id, d.attempt, d.receipt.Valid, d.odd
+		if d.enqOK {
+			m.EnqueuedAt = time.UnixMilli(d.enqueuedAt)
+		}
+		if d.visOK {
+			m.VisibleAt = time.UnixMilli(d.visibleAt)
+		}
+		m.Payload = d.payload
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -100,13 +117,13 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 // Stats counts the queue's messages in one read.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
-	var oldest sql.NullInt64
-	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &oldest); err != nil {
+	var oldest any // MIN over numbers first: REAL from another program (rows.go), TEXT only if no number
+	if err := q.db.R.QueryRowContext(ctx, stmtStats, q.now().UnixMilli()).Scan(&s.Total, &s.Due, &oldest, &s.Delayed); err != nil {
 		return Stats{}, opErr(err, "stats")
 	}
 	s.InFlight = s.Total - s.Due
-	if oldest.Valid {
-		s.Oldest = time.UnixMilli(oldest.Int64)
+	if ms, _, ok := intOf("enqueued_at", oldest); ok {
+		s.Oldest = time.UnixMilli(ms)
 	}
 	if err := q.moveStats(ctx, &s); err != nil {
 		return Stats{}, opErr(err, "stats")

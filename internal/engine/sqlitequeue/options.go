@@ -2,7 +2,6 @@ package sqlitequeue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"log/slog"
 	"time"
@@ -72,14 +71,15 @@ func (q *Queue) NextDue(ctx context.Context, after time.Time) (next time.Time, o
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	var v sql.NullInt64
+	var v any // a REAL from another program (rows.go) is rounded up: the row is not due before
 	if err := st.QueryRowContext(ctx, after.UnixMilli()).Scan(&v); err != nil {
 		return time.Time{}, false, err
 	}
-	if !v.Valid {
+	ms, ok := sqlstore.IntValue(v, true)
+	if !ok { // none, or only visible_at values that are no number: never due
 		return time.Time{}, false, nil
 	}
-	return time.UnixMilli(v.Int64), true, nil
+	return time.UnixMilli(ms), true, nil
 }
 
 // AckBatch is Ack of several receipts in one transaction. A stale receipt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 // ErrNoDirectory means a Probe was asked of an in-memory store: no other
@@ -59,11 +60,17 @@ func (p *Probe) CountDue(ctx context.Context, now, max int64) (int64, error) {
 }
 
 // NextVisible returns the earliest visible_at (unix ms) after now; not
-// Valid when no message waits for one.
+// Valid when no message waits for one. Another program may store a REAL
+// visible_at (Python's time.time()*1000): rounded up, as the row is not
+// due before. A value that is no number is never due.
 func (p *Probe) NextVisible(ctx context.Context, now int64) (sql.NullInt64, error) {
+	var raw any
+	if err := p.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&raw); err != nil {
+		return sql.NullInt64{}, err
+	}
 	var next sql.NullInt64
-	err := p.conn.QueryRowContext(ctx, stmtNextVisible, now).Scan(&next)
-	return next, err
+	next.Int64, next.Valid = sqlstore.IntValue(raw, true)
+	return next, nil
 }
 
 // LastID reads the largest message id ever inserted (0: none yet): ids of

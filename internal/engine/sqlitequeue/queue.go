@@ -31,6 +31,13 @@ import (
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
+// The payload types and limit, as the public package defines them.
+const (
+	TypeText        = driver.TypeText
+	TypeJSON        = driver.TypeJSON
+	MaxPayloadBytes = driver.MaxPayloadBytes
+)
+
 // maxLease is the longest lease and delay the public package lets through
 // (queue.MaxVisibility, queue.MaxDelay).
 const maxLease = 12 * time.Hour
@@ -66,6 +73,9 @@ var format = sqlstore.Format{
 	Schema: Schema,
 	Extra:  OrderIndex + "\n" + MovesDDL + "\n" + DeliveryDDL,
 	OpCode: bindings.CodeQueueOperationFailed,
+	// A var's initializer may not refer to the var itself (checkRows does
+	// not), so the function is set here directly.
+	CheckRows: checkRows,
 }
 
 // Format returns the description of localqueue.v1 used by the store plumbing.
@@ -81,14 +91,25 @@ VALUES (?1, ?2, ?3, ?4, 0)`
 	stmtDue = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
 	stmtAny = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
 	// The claim of a receive of one message: the spec's select and claim
-	// statement folded into one statement, its own transaction.
+	// statement folded into one statement, its own transaction. It claims
+	// only a row it can return (rows.go): enqueued_at < '' holds for
+	// INTEGER and REAL only (TEXT and BLOB sort above every number, NULL
+	// compares to nothing), and the NULL tests, always true on the spec's
+	// schema, are checked on the one row claimed. When it claims nothing
+	// while something is due, stmtOddDue tells whether the batch claim,
+	// which skips such rows, must look.
 	stmtClaimOne = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = (SELECT id FROM messages WHERE +visible_at <= ?3 ORDER BY enqueued_at, id LIMIT 1)
+receipt_handle = ?2 WHERE id = (SELECT id FROM messages WHERE +visible_at <= ?3 AND enqueued_at < '' ORDER BY enqueued_at, id LIMIT 1)
+AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
 RETURNING id, enqueued_at, payload_type, payload_data, attempt`
+	stmtOddDue = `SELECT 1 FROM messages WHERE visible_at <= ?1
+AND (enqueued_at < '' AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL) IS NOT 1 LIMIT 1`
+	// The spec's claim; the NULL tests (true on the spec's schema) keep it
+	// from claiming a row it could not return.
 	stmtClaim = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = ?3
+receipt_handle = ?2 WHERE id = ?3 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
 RETURNING payload_type, payload_data, attempt`
 	stmtAck    = `DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2`
 	stmtNack   = `UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2`
@@ -131,6 +152,7 @@ type Queue struct {
 	targets     []string     // WithMoveTargets, normalised
 	lastFull    atomic.Bool  // the last claim returned as many as it asked for
 	dedupWindow time.Duration
+	oddLogged   sync.Map // ids of undeliverable rows logged (rows.go)
 }
 
 // Open opens or creates the queue store in dir (created 0700; the file 0600).
@@ -351,14 +373,25 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
 	var msgs []Message
 	var moves []move
+	// skipped are the due rows left in place (undeliverable, no dead-letter
+	// queue): they stay due, so each select asks for that many more.
+	skipped := map[int64]bool{}
 	leaseEnd := now.Add(lease).UnixMilli()
 	for {
 		want := max - len(msgs)
-		due, err := dueMessages(ctx, tx, now, want)
+		due, err := dueMessages(ctx, tx, now, want+len(skipped))
 		if err != nil {
 			return nil, nil, err
 		}
+		seen := 0
 		for _, m := range due {
+			if skipped[m.ID] {
+				continue
+			}
+			seen++
+			if len(msgs) == max {
+				break
+			}
 			if q.dead.set {
 				mv, spent, err := q.deadLetterIfSpent(ctx, tx, now, m.ID)
 				if err != nil {
@@ -368,20 +401,41 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 					moves = append(moves, mv)
 					continue
 				}
+			} else if m.odd != "" {
+				q.skipUndeliverable(m.ID, m.odd)
+				skipped[m.ID] = true
+				continue
 			}
 			u := uuid.NewString()
-			var typ, data string
-			if err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &m.Attempt); err != nil {
+			var typ, data, attempt any
+			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &attempt)
+			if errors.Is(err, sql.ErrNoRows) { // a NULL payload or attempt: left in place
+				q.skipUndeliverable(m.ID, "payload_type, payload_data or attempt is NULL")
+				skipped[m.ID] = true
+				continue
+			}
+			if err != nil {
 				return nil, nil, err
 			}
+			d := decodeRow(storedRow{id: m.ID, typ: typ, data: data, enq: int64(0), attempt: attempt, hasAttempt: true})
 			m.ReceiptHandle = formatReceipt(m.ID, u)
-			m.Payload = Payload{Type: PayloadType(typ), Data: data}
-			msgs = append(msgs, m)
+			m.Payload, m.Attempt = d.payload, d.attempt
+			msgs = append(msgs, m.Message)
 		}
-		if !q.dead.set || len(due) < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
+		if seen < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
 			return msgs, moves, nil
 		}
 	}
+}
+
+// skipUndeliverable logs, once per handle, a due row a receive leaves in
+// place because it cannot be delivered and there is no dead-letter queue.
+func (q *Queue) skipUndeliverable(id int64, why string) {
+	if _, done := q.oddLogged.LoadOrStore(id, true); done {
+		return
+	}
+	q.hints.log.Warn("queue: a message another program wrote cannot be delivered; left in place (localcloud check lists such rows)",
+		logKeyStore, q.Path(), "id", id, "reason", why)
 }
 
 // receiveOne claims the first due message with one statement, saving the
@@ -391,39 +445,78 @@ func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message,
 	now := q.now()
 	u := uuid.NewString()
 	var m Message
-	var enq int64
-	var typ, data string
+	var r storedRow
+	r.hasAttempt = true
 	err := q.db.WriteRow(ctx, stmtClaimOne, []any{now.Add(lease).UnixMilli(), u, now.UnixMilli()},
-		&m.ID, &enq, &typ, &data, &m.Attempt)
+		&m.ID, &r.enq, &r.typ, &r.data, &r.attempt)
 	if errors.Is(err, sql.ErrNoRows) {
 		q.lastFull.Store(false)
-		return nil, nil
+		return q.receiveOdd(ctx, now, lease)
 	}
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
 	q.lastFull.Store(true)
-	m.EnqueuedAt = time.UnixMilli(enq)
+	d := decodeRow(r)
+	m.EnqueuedAt = time.UnixMilli(d.enqueuedAt)
 	m.ReceiptHandle = formatReceipt(m.ID, u)
-	m.Payload = Payload{Type: PayloadType(typ), Data: data}
+	m.Payload, m.Attempt = d.payload, d.attempt
 	return []Message{m}, nil
 }
 
+// receiveOdd is Receive(1) when the one-statement claim found nothing: if
+// a due row it does not claim (rows.go) is there, the batch claim skips it
+// and delivers what is behind it.
+func (q *Queue) receiveOdd(ctx context.Context, now time.Time, lease time.Duration) ([]Message, error) {
+	st, err := q.db.ReadStmt(ctx, stmtOddDue)
+	if err != nil {
+		return nil, opErr(err, "receive")
+	}
+	var one int
+	err = st.QueryRowContext(ctx, now.UnixMilli()).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, opErr(err, "receive")
+	}
+	var msgs []Message
+	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		var err error
+		msgs, _, err = q.claim(ctx, tx, q.now(), 1, lease)
+		return err
+	})
+	if err != nil {
+		return nil, opErr(err, "receive")
+	}
+	return msgs, nil
+}
+
+// dueMessage is one row of the spec's select of due ids.
+type dueMessage struct {
+	Message
+	odd string // why it cannot be delivered (enqueued_at not a number), or ""
+}
+
 // dueMessages runs the spec's select of up to n due ids.
-func dueMessages(ctx context.Context, tx *sqlstore.Tx, now time.Time, n int) ([]Message, error) {
+func dueMessages(ctx context.Context, tx *sqlstore.Tx, now time.Time, n int) ([]dueMessage, error) {
 	rows, err := tx.Query(ctx, stmtDue, now.UnixMilli(), n)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var msgs []Message
+	var msgs []dueMessage
 	for rows.Next() {
-		var m Message
-		var enq int64
+		var m dueMessage
+		var enq any
 		if err := rows.Scan(&m.ID, &enq); err != nil {
 			return nil, err
 		}
-		m.EnqueuedAt = time.UnixMilli(enq)
+		ms, note, ok := intOf("enqueued_at", enq)
+		if !ok {
+			m.odd = note
+		}
+		m.EnqueuedAt = time.UnixMilli(ms)
 		msgs = append(msgs, m)
 	}
 	return msgs, rows.Err()

@@ -54,7 +54,8 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 	if err := q.recoverMoves(mctx, math.MaxInt64, sc); err != nil {
 		return res, err
 	}
-	afterEnq, afterID := int64(math.MinInt64), int64(0)
+	var afterEnq any = int64(math.MinInt64)
+	afterID := int64(0)
 	for o.max < 0 || res.Moved < o.max {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -65,7 +66,8 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 		}
 		var moves []move
 		var skipped, scanned int
-		var lastEnq, lastID int64
+		var lastEnq any // as stored, so the next page starts exactly after it
+		var lastID int64
 		err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 			moves, skipped, scanned = moves[:0], 0, 0
 			now := q.now()
@@ -75,7 +77,11 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 			}
 			scanned = len(cands)
 			for _, c := range cands {
-				lastEnq, lastID = c.mv.enqueuedAt, c.mv.id
+				lastEnq, lastID = c.enq, c.mv.id
+				if c.payloadNull { // neither deliverable nor movable (rows.go)
+					skipped++
+					continue
+				}
 				dest := o.to
 				if dest == "" {
 					if !c.origin.Valid || c.origin.String == q.Location() {
@@ -121,11 +127,13 @@ func (q *Queue) Redrive(ctx context.Context, ro driver.Redrive) (RedriveResult, 
 }
 
 type redriveCandidate struct {
-	mv     move
-	origin sql.NullString
+	mv          move
+	origin      sql.NullString
+	enq         any // enqueued_at as stored
+	payloadNull bool
 }
 
-func redriveCandidates(ctx context.Context, tx *sqlstore.Tx, now, afterEnq, afterID int64, limit int) ([]redriveCandidate, error) {
+func redriveCandidates(ctx context.Context, tx *sqlstore.Tx, now int64, afterEnq any, afterID int64, limit int) ([]redriveCandidate, error) {
 	rows, err := tx.Query(ctx, stmtRedriveSelect, now, afterEnq, afterID, limit)
 	if err != nil {
 		return nil, err
@@ -134,10 +142,14 @@ func redriveCandidates(ctx context.Context, tx *sqlstore.Tx, now, afterEnq, afte
 	var out []redriveCandidate
 	for rows.Next() {
 		var c redriveCandidate
-		var receipt sql.NullString
-		if err := rows.Scan(&c.mv.id, &c.mv.enqueuedAt, &c.mv.attempts, &c.mv.typ, &c.mv.data, &receipt, &c.origin); err != nil {
+		r := storedRow{hasAttempt: true, hasReceipt: true}
+		if err := rows.Scan(&c.mv.id, &r.enq, &r.attempt, &r.typ, &r.data, &r.receipt, &c.origin); err != nil {
 			return nil, err
 		}
+		d := decodeRow(r) // total: rows another program wrote (rows.go)
+		c.enq, c.payloadNull = r.enq, d.payloadNull
+		c.mv.enqueuedAt, c.mv.attempts, c.mv.typ, c.mv.data = d.enqueuedAt, d.attempt, string(d.payload.Type), d.payload.Data
+		receipt := d.receipt
 		if receipt.Valid {
 			c.mv.lastReceipt = sql.NullString{String: formatReceipt(c.mv.id, receipt.String), Valid: true}
 		}

@@ -170,6 +170,9 @@ func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error
 	if st.Notify != old.Notify {
 		s.log.Warn("notify settings changed; they apply after a restart of localcloud up", "url", s.nats.URL())
 	}
+	if st.Explorer != old.Explorer {
+		s.log.Warn("explorer settings changed; they apply after a restart of localcloud up", "url", s.opts.ExplorerURL)
+	}
 	var toOpen []config.Binding
 	for _, b := range st.Bindings {
 		cur, ok := s.stores[b.Name]

@@ -29,6 +29,7 @@ const HealthOK = "ok"
 //	  "pid": 4242,
 //	  "startedAt": "2026-05-01T10:00:00Z",
 //	  "natsUrl": "nats://127.0.0.1:40123",
+//	  "explorerUrl": "http://127.0.0.1:4280/",
 //	  "stack": "shop",
 //	  "stackFile": "/home/me/shop/stack.yaml",
 //	  "dataDir": "/home/me/shop/.localcloud",
@@ -44,7 +45,8 @@ const HealthOK = "ok"
 //	  ]
 //	}
 //
-// path is the binding's store directory (absolute); subject, the NATS
+// explorerUrl is the web explorer's address, left out when the stack turns
+// it off. path is the binding's store directory (absolute); subject, the NATS
 // subject of its wake-up hints, and visibilityTimeout (a Go duration) with
 // visibilityTimeoutMs (the same in whole milliseconds, for readers without
 // a Go-duration parser) are set for queues only. health is "ok" or
@@ -56,6 +58,7 @@ type Runtime struct {
 	PID             int              `json:"pid"`
 	StartedAt       time.Time        `json:"startedAt"`
 	NATSURL         string           `json:"natsUrl"`
+	ExplorerURL     string           `json:"explorerUrl,omitempty"`
 	Stack           string           `json:"stack"`
 	StackFile       string           `json:"stackFile"`
 	DataDir         string           `json:"dataDir"`

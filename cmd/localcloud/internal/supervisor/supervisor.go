@@ -11,6 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
 )
 
@@ -53,6 +57,9 @@ type Options struct {
 	ReloadDebounce time.Duration
 	// NoWatch turns the stack file watcher off (SIGHUP still reloads).
 	NoWatch bool
+	// ExplorerURL is the address of the web explorer up serves, written
+	// into runtime.json as explorerUrl; "" when it is off.
+	ExplorerURL string
 }
 
 // Supervisor is a running up. Create it with Start; stop it with Close.
@@ -217,6 +224,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		PID:             s.pid,
 		StartedAt:       s.startedAt,
 		NATSURL:         s.nats.URL(),
+		ExplorerURL:     s.opts.ExplorerURL,
 		Stack:           s.stack.Name,
 		StackFile:       s.stackFile,
 		DataDir:         s.dataDir,
@@ -263,6 +271,35 @@ func (s *Supervisor) writeRuntimeLocked() error {
 	}
 	return err
 }
+
+// KV returns the open handle of the KV binding called name. A reload may
+// close it at any time; an operation on a closed handle fails with an
+// error and changes nothing.
+func (s *Supervisor) KV(name string) (*kv.Store, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.stores[name]
+	if x == nil || x.kv == nil {
+		return nil, false
+	}
+	return x.kv, true
+}
+
+// Queue returns the open handle of the queue binding called name, with the
+// same caveat as KV.
+func (s *Supervisor) Queue(name string) (*queue.Queue, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x := s.stores[name]
+	if x == nil || x.queue == nil {
+		return nil, false
+	}
+	return x.queue, true
+}
+
+// Connect opens a client connection to the embedded NATS server, in
+// process; the caller closes it (it cannot outlive Close).
+func (s *Supervisor) Connect() (*nats.Conn, error) { return s.nats.Connect() }
 
 // Bindings returns the names of the bindings being served, sorted.
 func (s *Supervisor) Bindings() []string {

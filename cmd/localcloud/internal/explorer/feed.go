@@ -1,0 +1,311 @@
+package explorer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/localcloud/localcloud/cmd/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/notify"
+)
+
+// Event kinds of the live feed.
+const (
+	KindHint       = "hint"       // a wake-up hint was published for a queue
+	KindSent       = "sent"       // a queue's total grew (count delta)
+	KindRemoved    = "removed"    // a queue's total shrank: acked, purged or moved out (count delta)
+	KindDeadLetter = "deadLetter" // dead letters arrived in a queue (count delta)
+	KindKeys       = "keys"       // a KV store's live keys changed (count delta)
+	KindHealth     = "health"     // a binding's health changed
+	KindAction     = "action"     // a change made through the explorer
+	KindStats      = "stats"      // a binding's counts changed: Stats holds them
+)
+
+// Event is one entry of the live feed, sent as the data of one
+// Server-Sent Event (JSON).
+type Event struct {
+	ID      int64  `json:"id"`
+	Kind    string `json:"kind"`
+	Binding string `json:"binding,omitempty"`
+	At      int64  `json:"at"` // unix ms
+	// Count is the size of a count delta; 0 for other kinds.
+	Count int64  `json:"count,omitempty"`
+	Text  string `json:"text"`
+	// Stats is the binding with its counts, for KindStats.
+	Stats *bindingJSON `json:"stats,omitempty"`
+}
+
+const (
+	clientBuffer = 256
+	historySize  = 200
+	keepAlive    = 15 * time.Second
+)
+
+// feed turns what up observes into events: hints from the embedded NATS
+// server, and the counts and health of every binding, read every
+// PollInterval while a client listens (and at once after a hint). up sees
+// the files, not the calls, so sends and acks are count deltas between two
+// reads: several changes between two reads show as their sum.
+type feed struct {
+	s *Server
+
+	mu      sync.Mutex
+	clients map[chan Event]struct{}
+	history []Event // the last historySize activity events (not stats)
+	nextID  int64
+	prev    map[string]bindingJSON // the last counts, while clients listen
+
+	poke      chan struct{}
+	startOnce sync.Once
+	stopOnce  sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	sub       *nats.Subscription
+}
+
+func newFeed(s *Server) *feed {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &feed{s: s, clients: map[chan Event]struct{}{}, prev: map[string]bindingJSON{}, poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+}
+
+// start subscribes to the hints and starts the poll loop. Idempotent.
+func (f *feed) start() {
+	f.startOnce.Do(func() {
+		if nc := f.s.opts.Conn; nc != nil {
+			stack := f.s.opts.Source.Runtime().Stack
+			sub, err := nc.Subscribe(notify.Subject(stack, "*"), f.onHint)
+			if err != nil {
+				f.s.log.Warn("explorer: no hints in the live feed", "err", err)
+			} else {
+				f.sub = sub
+			}
+		}
+		f.wg.Add(1)
+		go f.loop()
+	})
+}
+
+func (f *feed) stop() {
+	f.stopOnce.Do(func() {
+		f.startOnce.Do(func() {}) // a feed never started stays stopped
+		if f.sub != nil {
+			_ = f.sub.Unsubscribe()
+		}
+		f.cancel()
+		f.wg.Wait()
+	})
+}
+
+func (f *feed) onHint(m *nats.Msg) {
+	_, binding, ok := notify.ParseSubject(m.Subject)
+	if !ok {
+		return
+	}
+	text := "wake-up hint"
+	if h, err := notify.ParseHint(m.Data); err == nil && h.Due >= 0 {
+		text = fmt.Sprintf("wake-up hint: %d due", h.Due)
+	}
+	f.emit(Event{Kind: KindHint, Binding: binding, Text: text})
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// hint publishes a wake-up hint for a queue the explorer just filled, as a
+// library sender does (up's hint source would see the write too, later).
+func (f *feed) hint(b supervisor.RuntimeBinding) {
+	nc := f.s.opts.Conn
+	if nc == nil || b.Subject == "" {
+		return
+	}
+	data, _ := json.Marshal(notify.Hint{Binding: b.Name, Due: notify.DueUnknown, At: time.Now().UnixMilli()})
+	if err := nc.Publish(b.Subject, data); err != nil {
+		f.s.log.Debug("explorer: publish hint", "binding", b.Name, "err", err)
+	}
+}
+
+// action records a change made through the explorer.
+func (f *feed) action(binding, kind, text string) {
+	f.emit(Event{Kind: KindAction, Binding: binding, Text: text})
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (f *feed) emit(e Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	e.ID = f.nextID
+	if e.At == 0 {
+		e.At = time.Now().UnixMilli()
+	}
+	if e.Kind != KindStats {
+		f.history = append(f.history, e)
+		if len(f.history) > historySize {
+			f.history = f.history[len(f.history)-historySize:]
+		}
+	}
+	for c := range f.clients {
+		select {
+		case c <- e:
+		default: // a slow client loses events, never blocks the feed
+		}
+	}
+}
+
+func (f *feed) listening() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.clients) > 0
+}
+
+func (f *feed) loop() {
+	defer f.wg.Done()
+	t := time.NewTicker(f.s.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-t.C:
+		case <-f.poke:
+		}
+		if !f.listening() {
+			f.prev = map[string]bindingJSON{} // a new listener starts afresh
+			continue
+		}
+		f.poll()
+	}
+}
+
+// poll reads every binding and emits what changed since the last read.
+func (f *feed) poll() {
+	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, b := range f.s.allBindings(ctx) {
+		seen[b.Name] = true
+		p, had := f.prev[b.Name]
+		f.prev[b.Name] = b
+		if !had {
+			f.emit(Event{Kind: KindStats, Binding: b.Name, Stats: &b})
+			continue
+		}
+		changed := false
+		if p.Health != b.Health {
+			changed = true
+			f.emit(Event{Kind: KindHealth, Binding: b.Name, Text: "health: " + b.Health})
+		}
+		if p.Queue != nil && b.Queue != nil {
+			pq, q := p.Queue, b.Queue
+			dDL := q.DeadLetters - pq.DeadLetters
+			dTotal := q.Total - pq.Total
+			if dDL > 0 {
+				f.emit(Event{Kind: KindDeadLetter, Binding: b.Name, Count: dDL, Text: fmt.Sprintf("%d dead letter(s) arrived", dDL)})
+			}
+			if sent := dTotal - max(dDL, 0); sent > 0 {
+				f.emit(Event{Kind: KindSent, Binding: b.Name, Count: sent, Text: fmt.Sprintf("%d message(s) sent", sent)})
+			} else if dTotal < 0 {
+				f.emit(Event{Kind: KindRemoved, Binding: b.Name, Count: -dTotal, Text: fmt.Sprintf("%d message(s) acked, purged or moved out", -dTotal)})
+			}
+			changed = changed || !sameQueueCounts(pq, q)
+		}
+		if p.KV != nil && b.KV != nil {
+			if d := b.KV.Live - p.KV.Live; d != 0 {
+				f.emit(Event{Kind: KindKeys, Binding: b.Name, Count: abs(d), Text: fmt.Sprintf("%+d live key(s)", d)})
+			}
+			changed = changed || *p.KV != *b.KV
+		}
+		if (p.Queue == nil) != (b.Queue == nil) || (p.KV == nil) != (b.KV == nil) || p.CountError != b.CountError {
+			changed = true
+		}
+		if changed {
+			f.emit(Event{Kind: KindStats, Binding: b.Name, Stats: &b})
+		}
+	}
+	for name := range f.prev {
+		if !seen[name] {
+			delete(f.prev, name)
+			f.emit(Event{Kind: KindHealth, Binding: name, Text: "no longer served (removed from the stack file)"})
+		}
+	}
+}
+
+// sameQueueCounts compares the counts, not the age (which grows by itself).
+func sameQueueCounts(a, b *queueStatsJSON) bool {
+	return a.Due == b.Due && a.Delayed == b.Delayed && a.InFlight == b.InFlight && a.Total == b.Total &&
+		a.DeadLetters == b.DeadLetters && a.Moving == b.Moving && a.Oldest == b.Oldest
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// serve streams the feed as Server-Sent Events: first the recent activity
+// (up to 200 events), then every event as it happens.
+func (f *feed) serve(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeErr(w, &httpError{status: http.StatusInternalServerError, msg: "events: streaming not supported"})
+		return
+	}
+	f.start()
+	c := make(chan Event, clientBuffer)
+	f.mu.Lock()
+	history := append([]Event(nil), f.history...)
+	f.clients[c] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.clients, c)
+		f.mu.Unlock()
+	}()
+	select { // a fresh listener gets every binding's counts at once
+	case f.poke <- struct{}{}:
+	default:
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_, _ = fmt.Fprint(w, "retry: 1000\n\n")
+	for _, e := range history {
+		writeEvent(w, e)
+	}
+	fl.Flush()
+	ping := time.NewTicker(keepAlive)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-f.ctx.Done():
+			return
+		case <-ping.C:
+			_, _ = fmt.Fprint(w, ": keep-alive\n\n")
+		case e := <-c:
+			writeEvent(w, e)
+		}
+		fl.Flush()
+	}
+}
+
+func writeEvent(w http.ResponseWriter, e Event) {
+	data, _ := json.Marshal(e)
+	// JSON never holds a raw line break, so one data line carries it.
+	_, _ = fmt.Fprintf(w, "id: %d\ndata: %s\n\n", e.ID, strings.ReplaceAll(string(data), "\n", ""))
+}
