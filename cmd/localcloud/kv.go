@@ -108,17 +108,20 @@ func (c *kvCommand) withKey(ctx context.Context, sub string, args []string, do f
 
 func (c *kvCommand) get(ctx context.Context, args []string) error {
 	return c.withKey(ctx, "get", args, func(s *kv.Store, b config.Binding, key string, asJSON bool) error {
-		it, ok, err := s.Lookup(ctx, key)
+		v, ok, err := s.Get(ctx, key)
 		if err != nil {
 			return storeErr("kv get", err)
 		}
-		v := it.Value
 		if asJSON {
 			out := kvGetJSON{Binding: b.Name, Key: key, Found: ok}
 			if ok {
 				val := encodeValue(v)
 				out.valueJSON = &val
-				out.ExpiresAt = expiresAtJSON(it.ExpiresAt)
+				// The expiry from Lookup; a row another program wrote
+				// that Lookup cannot read (Get coerces it) shows none.
+				if e, live, lerr := s.Lookup(ctx, key); lerr == nil && live {
+					out.ExpiresAt = expiresAtJSON(e.ExpiresAt)
+				}
 			}
 			if err := c.app.printJSON(out); err != nil {
 				return err

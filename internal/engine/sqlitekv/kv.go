@@ -147,11 +147,13 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 }
 
 // expiryOf is an expires_at value as a time: zero for NULL and for values
-// that are not integers (written by another program; Get treats them as
-// never expiring too).
+// that are not numbers (written by another program).
 func expiryOf(v any) time.Time {
-	if ms, ok := v.(int64); ok {
+	switch ms := v.(type) {
+	case int64:
 		return time.UnixMilli(ms)
+	case float64: // REAL written by another program, compared as a number
+		return time.UnixMilli(int64(ms))
 	}
 	return time.Time{}
 }
