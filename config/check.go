@@ -160,17 +160,28 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 		for _, s := range []struct {
 			n    *yaml.Node
 			name string
-		}{{rb.vtNode, "visibilityTimeout"}, {rb.maNode, "maxAttempts"}, {rb.dlNode, "deadLetter"}} {
+		}{{rb.vtNode, "visibilityTimeout"}, {rb.maNode, "maxAttempts"}, {rb.dlNode, "deadLetter"},
+			{rb.rdNode, "retryDelay"}, {rb.mrNode, "maxRetryDelay"}, {rb.dwNode, "dedupWindow"}} {
 			if s.n != nil {
 				p.addf(s.n, bindingField(b.Name, s.name), "only queue bindings have %s; %s is a kv binding", s.name, b.Name)
 			}
 		}
 		b.VisibilityTimeout, b.MaxAttempts, b.DeadLetter = 0, 0, ""
+		b.RetryDelay, b.MaxRetryDelay, b.DedupWindow = 0, 0, 0
 		return
 	}
 	if rb.vtNode == nil {
 		b.VisibilityTimeout = DefaultVisibilityTimeout
 		rb.defaulted = append(rb.defaulted, "visibilityTimeout")
+	}
+	if rb.rdNode == nil {
+		b.RetryDelay = DefaultRetryDelay
+	}
+	if rb.mrNode == nil {
+		b.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if rb.dwNode == nil {
+		b.DedupWindow = DefaultDedupWindow
 	}
 	if rb.maNode != nil && rb.dlNode == nil {
 		attempts := "maxAttempts"

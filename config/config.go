@@ -38,6 +38,12 @@ const (
 	DefaultVisibilityTimeout = 30 * time.Second
 	// DefaultDurability is the durability of a binding that does not set one.
 	DefaultDurability = DurabilityNormal
+	// DefaultRetryDelay, DefaultMaxRetryDelay and DefaultDedupWindow are a
+	// queue's retryDelay, maxRetryDelay and dedupWindow when not set (the
+	// queue package's defaults).
+	DefaultRetryDelay    = time.Second
+	DefaultMaxRetryDelay = 5 * time.Minute
+	DefaultDedupWindow   = 5 * time.Minute
 )
 
 // Limits checked by [Parse] and [Load].
@@ -51,6 +57,12 @@ const (
 	// Amazon SQS bounds maxReceiveCount.
 	MaxAttemptsMin = 1
 	MaxAttemptsMax = 1000
+	// RetryDelayMax bounds retryDelay and maxRetryDelay (their minimum is
+	// 0s: retry at once), the queue package's MaxDelay.
+	RetryDelayMax = 12 * time.Hour
+	// DedupWindowMin and DedupWindowMax bound dedupWindow.
+	DedupWindowMin = time.Millisecond
+	DedupWindowMax = 7 * 24 * time.Hour
 	// MaxNameLength is the longest stack or binding name. Names match
 	// [a-z][a-z0-9-]{0,62}: they appear in NATS subjects and directory names.
 	MaxNameLength = 63
@@ -170,6 +182,14 @@ type Binding struct {
 	// DeadLetter names the queue binding that receives messages after
 	// MaxAttempts deliveries; "" for none.
 	DeadLetter string
+	// RetryDelay is the delay before a failed message's second delivery in
+	// Consume, doubled per failure (+-20% jitter) up to MaxRetryDelay.
+	// Zero for a KV binding; for a queue they default to
+	// [DefaultRetryDelay] and [DefaultMaxRetryDelay].
+	RetryDelay, MaxRetryDelay time.Duration
+	// DedupWindow is how long a queue remembers a send's dedup key. Zero
+	// for a KV binding; for a queue it defaults to [DefaultDedupWindow].
+	DedupWindow time.Duration
 	// Line is the line of the binding's name in the stack file.
 	Line int
 }

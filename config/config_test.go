@@ -56,6 +56,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 		Path:              filepath.Join(data, "queue", "orders"),
 		VisibilityTimeout: config.DefaultVisibilityTimeout,
 		Durability:        config.DefaultDurability,
+		RetryDelay:        config.DefaultRetryDelay,
+		MaxRetryDelay:     config.DefaultMaxRetryDelay,
+		DedupWindow:       config.DefaultDedupWindow,
 		Line:              4,
 	}}
 	if len(s.Bindings) != len(want) {

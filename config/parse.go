@@ -22,7 +22,7 @@ var (
 	rootFields     = []string{"version", "name", "dataDir", "notify", "explorer", "bindings"}
 	notifyFields   = []string{"listen", "token"}
 	explorerFields = []string{"listen", "readOnly"}
-	bindingFields  = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter"}
+	bindingFields  = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter", "retryDelay", "maxRetryDelay", "dedupWindow"}
 )
 
 // parser walks the YAML node tree and collects every problem it meets.
@@ -61,6 +61,7 @@ type rawBinding struct {
 	pathNode *yaml.Node // nil for the default
 
 	vtNode, maNode, dlNode *yaml.Node // nil when not given
+	rdNode, mrNode, dwNode *yaml.Node // retryDelay, maxRetryDelay, dedupWindow; nil when not given
 	maOK                   bool       // maxAttempts was read without a problem
 }
 
@@ -602,6 +603,19 @@ func (p *parser) binding(rb *rawBinding, field string, e entry) {
 			}
 			rb.vtNode = f.val
 			rb.b.VisibilityTimeout, _ = p.duration(f.val, ff)
+		case "retryDelay", "maxRetryDelay", "dedupWindow":
+			if isNull(f.val) {
+				continue
+			}
+			lo, hi, dst, node := time.Duration(0), RetryDelayMax, &rb.b.RetryDelay, &rb.rdNode
+			switch f.name {
+			case "maxRetryDelay":
+				dst, node = &rb.b.MaxRetryDelay, &rb.mrNode
+			case "dedupWindow":
+				lo, hi, dst, node = DedupWindowMin, DedupWindowMax, &rb.b.DedupWindow, &rb.dwNode
+			}
+			*node = f.val
+			*dst, _ = p.durationIn(f.val, ff, lo, hi)
 		case "durability":
 			s, given, ok := p.str(f.val, ff, "normal or full")
 			if !ok || !given {
@@ -663,6 +677,25 @@ func (p *parser) duration(v *yaml.Node, field string) (time.Duration, bool) {
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil || d < VisibilityTimeoutMin || d > VisibilityTimeoutMax {
 		p.addf(v, field, "must be %s, got %q", durationWhat, s)
+		return 0, false
+	}
+	return d, true
+}
+
+// durationIn reads a Go duration between lo and hi.
+func (p *parser) durationIn(v *yaml.Node, field string, lo, hi time.Duration) (time.Duration, bool) {
+	what := fmt.Sprintf("a duration between %s and %s", fmtDuration(lo), fmtDuration(hi))
+	s, ok := p.scalar(v, field, what)
+	if !ok {
+		return 0, false
+	}
+	if n := deref(v); n.ShortTag() == "!!int" {
+		p.addf(v, field, "must be %s, got %s: add a unit, e.g. %sms", what, s, s)
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < lo || d > hi {
+		p.addf(v, field, "must be %s, got %q", what, s)
 		return 0, false
 	}
 	return d, true

@@ -111,6 +111,9 @@ func appMain(mode string) int {
 	if code, ok := chaosAppMain(mode); ok { // chaos_apps_test.go
 		return code
 	}
+	if code, ok := deliveryAppMain(mode); ok { // delivery_test.go
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "app: unknown mode %q\n", mode)
 	return 2
 }

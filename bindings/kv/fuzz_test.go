@@ -70,8 +70,11 @@ func FuzzKey(f *testing.F) {
 			_, err = s.Put(ctx, key, []byte("v"))
 			wantInvalid(t, err, "key")
 			wantInvalid(t, s.Delete(ctx, key), "key")
-			_, err = s.Scan(ctx, key, 10, "")
-			wantInvalid(t, err, "prefix")
+			// The prefix "" is valid: it scans every key (issue 15).
+			if key != "" {
+				_, err = s.Scan(ctx, key, 10, "")
+				wantInvalid(t, err, "prefix")
+			}
 			return
 		}
 		if _, err := s.Put(ctx, key, []byte(key)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/localcloud/localcloud/internal/engine/hook"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv/driver"
@@ -70,6 +71,8 @@ type Store struct {
 type Item struct {
 	Key   string
 	Value []byte
+	// ExpiresAt is when the key expires (its TTL); zero when it never does.
+	ExpiresAt time.Time
 }
 
 // Page is one page of a Scan. NextCursor is empty when no more live keys
@@ -192,16 +195,19 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return opErr(s.drv.Delete(ctx, key), "delete %q", key)
 }
 
-// Scan returns up to limit (0..MaxScanLimit) live keys starting with prefix,
-// in key order, after the position cursor names ("" for the first page).
+// Scan returns up to limit (0..MaxScanLimit) live keys starting with prefix
+// ("" for every key), in key order, after the position cursor names ("" for
+// the first page), each with its expiry.
 //
 // The cursor is opaque: it names the last key returned and the prefix it
 // belongs to, so a key deleted between two pages never makes the next page
 // skip one (the spec's offset cursor would), and a cursor used with another
 // prefix is INVALID_INPUT.
 func (s *Store) Scan(ctx context.Context, prefix string, limit int, cursor string) (Page, error) {
-	if err := validKey("prefix", prefix); err != nil {
-		return Page{}, err
+	if prefix != "" {
+		if err := validKey("prefix", prefix); err != nil {
+			return Page{}, err
+		}
 	}
 	if limit < 0 || limit > MaxScanLimit {
 		return Page{}, bindings.Errorf(bindings.CodeInvalidInput,

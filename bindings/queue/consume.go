@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // Limits and defaults of Consume.
@@ -26,7 +27,8 @@ const (
 
 // Handler processes one message for Consume. Returning nil acks the
 // message; returning an error (or panicking) nacks it, so it is delivered
-// again at once with Attempt one higher.
+// again after the retry back-off (ConsumeRetryDelay) with Attempt one
+// higher; return RetryAfter(err, d) to choose the delay.
 type Handler func(ctx context.Context, m Message) error
 
 // ConsumeOption configures Consume.
@@ -39,6 +41,8 @@ type consumeOptions struct {
 	visibility time.Duration
 	poll       time.Duration
 	log        *slog.Logger
+	retry      RetrySchedule
+	rnd        func() float64 // jitter of retry delays
 }
 
 // ConsumeWorkers sets how many handlers run at once, 1..MaxWorkers.
@@ -86,9 +90,24 @@ func ConsumePollInterval(d time.Duration) ConsumeOption {
 // Consume options are all named Consume....
 func PollInterval(d time.Duration) ConsumeOption { return ConsumePollInterval(d) }
 
+// ConsumeRetryDelay sets the delay after a handler's first failure,
+// doubled per further failure (+-20% jitter) up to ConsumeMaxRetryDelay;
+// 0..MaxDelay, 0 retries at once. Defaults to the handle's WithRetryDelay
+// (the binding's retryDelay, DefaultRetryDelay 1 s).
+func ConsumeRetryDelay(d time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.retry.Base = d }
+}
+
+// ConsumeMaxRetryDelay caps the retry delay, 0..MaxDelay. Defaults to the
+// handle's WithMaxRetryDelay (the binding's maxRetryDelay,
+// DefaultMaxRetryDelay 5 m).
+func ConsumeMaxRetryDelay(d time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.retry.Max = d }
+}
+
 // ConsumeLogger sets where Consume reports handler errors, panics and
-// store errors. Defaults to the queue's logger (WithLogger), which defaults
-// to discarding them.
+// store errors. Defaults to the queue's logger (WithLogger) or, when the
+// app set none, slog.Default(), so failures are never silent.
 func ConsumeLogger(l *slog.Logger) ConsumeOption { return func(o *consumeOptions) { o.log = l } }
 
 // WithConsumeLogger is ConsumeLogger.
@@ -97,7 +116,7 @@ func ConsumeLogger(l *slog.Logger) ConsumeOption { return func(o *consumeOptions
 func WithConsumeLogger(l *slog.Logger) ConsumeOption { return ConsumeLogger(l) }
 
 func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
-	o := consumeOptions{workers: DefaultWorkers, visibility: q.visibility, poll: q.poll, log: q.log}
+	o := consumeOptions{workers: DefaultWorkers, visibility: q.visibility, poll: q.poll, retry: q.retry, rnd: defaultRand}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -116,17 +135,34 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 	if o.poll <= 0 {
 		return o, bindings.Errorf(bindings.CodeInvalidInput, "poll interval: must be positive, got %s", o.poll)
 	}
-	if o.log == nil {
+	if err := validRetry("retry delay", o.retry.Base); err != nil {
+		return o, err
+	}
+	if err := validRetry("max retry delay", o.retry.Max); err != nil {
+		return o, err
+	}
+	switch {
+	case o.log != nil:
+	case q.userLog:
 		o.log = q.log
+	default:
+		o.log = slog.Default()
 	}
 	return o, nil
 }
 
 // Consume runs handler on every message of the queue, on up to ConsumeWorkers
 // goroutines, until ctx ends. A handler that returns nil acks its message;
-// one that returns an error or panics (the panic is recovered and logged)
-// nacks it, so it comes back at once with Attempt one higher: check
-// m.Attempt in the handler to give up on a message that keeps failing.
+// one that returns an error or panics (the panic is recovered) nacks it, so
+// it comes back with Attempt one higher after the retry back-off: the
+// retry delay (ConsumeRetryDelay, default the binding's retryDelay, 1 s)
+// doubled per failed attempt, +-20% jitter, at most ConsumeMaxRetryDelay
+// (5 m); RetryAfter(err, d) chooses d instead. Under a dead-letter policy a
+// message that failed its last attempt comes back at once, to be moved. The
+// error text (at most MaxLastErrorBytes) is kept with the message on
+// engines that can (Peek's LastError, carried into the dead-letter queue).
+// Every handler error and panic is logged with the binding, message id,
+// attempt and next delay.
 //
 // Consume claims when there is reason to: at start, when woken (exactly the
 // wake-ups of ReceiveWait: a Send or Nack in this process, a NATS hint, the
@@ -318,19 +354,38 @@ func (c *consumer) process(m Message) {
 	stop := c.keepLease(m)
 	err := c.call(m)
 	stop()
-	var pe *panicError
-	switch {
-	case err == nil:
+	if err == nil {
 		c.acks <- m
 		return
-	case errors.As(err, &pe):
-		log.Error("consume: handler panicked; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err, logKeyStack, string(pe.stack))
+	}
+	delay, chosen := retryAfterOf(err)
+	next := "retry"
+	switch {
+	case chosen:
+	case c.q.maxAttempt > 0 && m.Attempt >= c.q.maxAttempt:
+		next = "dead-letter"
 	default:
-		log.Warn("consume: handler failed; message nacked", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		delay = c.o.retry.Delay(m.Attempt, c.o.rnd)
 	}
-	if nerr := c.q.Nack(c.hctx, m.ReceiptHandle); nerr != nil {
-		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
+	attrs := []any{logKeyBinding, c.q.binding, logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyNext, next, logKeyNextDelay, delay, logKeyErr, err}
+	var pe *panicError
+	if errors.As(err, &pe) {
+		log.Error("consume: handler panicked; message nacked", append(attrs, logKeyStack, string(pe.stack))...)
+	} else {
+		log.Warn("consume: handler failed; message nacked", attrs...)
 	}
+	if nerr := c.q.nackFailed(c.hctx, m.ReceiptHandle, delay, lastErrorText(err)); nerr != nil {
+		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyBinding, c.q.binding, logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
+	}
+}
+
+// nackFailed nacks a failed delivery after delay, recording lastError where
+// the engine can.
+func (q *Queue) nackFailed(ctx context.Context, receipt string, delay time.Duration, lastError string) error {
+	if fr, ok := q.drv.(driver.FailureRecorder); ok {
+		return opErr(fr.NackFailed(ctx, receipt, delay, lastError), "nack receipt %q", receipt)
+	}
+	return opErr(q.drv.Nack(ctx, receipt, delay), "nack receipt %q", receipt)
 }
 
 // keepLease extends m's lease by the visibility timeout every third of it

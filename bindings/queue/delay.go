@@ -17,7 +17,13 @@ type SendOption interface{ applySend(*sendOptions) }
 // NackOption changes one Nack.
 type NackOption interface{ applyNack(*nackOptions) }
 
-type sendOptions struct{ delay time.Duration }
+type sendOptions struct {
+	delay     time.Duration
+	keys      []string // WithDedupKey, WithDedupKeys
+	keysBatch bool     // keys came from WithDedupKeys
+	keysSet   bool
+	result    *SendResult
+}
 
 type nackOptions struct{ delay time.Duration }
 

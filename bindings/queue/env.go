@@ -50,6 +50,17 @@ type EnvBinding struct {
 	Durability          string         `json:"durability,omitempty"`
 	MaxAttempts         int            `json:"maxAttempts,omitempty"`
 	DeadLetter          *EnvDeadLetter `json:"deadLetter,omitempty"`
+	// RetryDelay and MaxRetryDelay are Consume's retry back-off
+	// (WithRetryDelay, WithMaxRetryDelay), DedupWindow how long dedup keys
+	// are remembered (WithDedupWindow); each also in whole milliseconds
+	// (...Ms), with the rule of visibilityTimeout and visibilityTimeoutMs.
+	// Missing: the defaults (1s, 5m, 5m).
+	RetryDelay      string `json:"retryDelay,omitempty"`
+	RetryDelayMs    *int64 `json:"retryDelayMs,omitempty"`
+	MaxRetryDelay   string `json:"maxRetryDelay,omitempty"`
+	MaxRetryDelayMs *int64 `json:"maxRetryDelayMs,omitempty"`
+	DedupWindow     string `json:"dedupWindow,omitempty"`
+	DedupWindowMs   *int64 `json:"dedupWindowMs,omitempty"`
 }
 
 // EnvDeadLetter is the dead-letter queue of an EnvBinding.
@@ -125,6 +136,8 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 		all = append(all, WithDefaultVisibility(vt))
 	}
 	all = append(all, WithBindingName(name))
+	pol, _ := envPolicy(EnvName(name), b) // checked by readEnv
+	all = append(all, pol...)
 	if b.MaxAttempts > 0 {
 		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.QueuePath)) // checked by readEnv
 	}
@@ -158,6 +171,9 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 	}
 	v := EnvName(name)
 	if _, _, err := envVisibility(v, b); err != nil {
+		return EnvBinding{}, err
+	}
+	if _, err := envPolicy(v, b); err != nil {
 		return EnvBinding{}, err
 	}
 	switch {
@@ -206,4 +222,61 @@ func envVisibility(v string, b EnvBinding) (time.Duration, bool, error) {
 			v, b.VisibilityTimeout, ms, b.VisibilityTimeout, vt.Milliseconds())
 	}
 	return vt, true, nil
+}
+
+// envPolicy returns the Open options of b's retry back-off and dedup
+// window, read from variable v.
+func envPolicy(v string, b EnvBinding) ([]Option, error) {
+	var opts []Option
+	for _, f := range []struct {
+		name     string
+		s        string
+		ms       *int64
+		min, max time.Duration
+		opt      func(time.Duration) Option
+	}{
+		{"retryDelay", b.RetryDelay, b.RetryDelayMs, 0, MaxDelay, WithRetryDelay},
+		{"maxRetryDelay", b.MaxRetryDelay, b.MaxRetryDelayMs, 0, MaxDelay, WithMaxRetryDelay},
+		{"dedupWindow", b.DedupWindow, b.DedupWindowMs, MinDedupWindow, MaxDedupWindow, WithDedupWindow},
+	} {
+		d, ok, err := envDuration(v, f.name, f.s, f.ms, f.min, f.max)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			opts = append(opts, f.opt(d))
+		}
+	}
+	return opts, nil
+}
+
+// envDuration reads the duration field name (a Go duration s) and its
+// milliseconds twin (name+"Ms") of a binding from variable v: either or
+// both, which must then agree to the millisecond.
+func envDuration(v, name, s string, ms *int64, lo, hi time.Duration) (time.Duration, bool, error) {
+	var d time.Duration
+	if s != "" {
+		var err error
+		d, err = time.ParseDuration(s)
+		if err != nil || d < lo || d > hi {
+			return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: %s must be a duration between %s and %s, got %q", v, name, lo, hi, s)
+		}
+	}
+	if ms == nil {
+		return d, s != "", nil
+	}
+	if *ms < lo.Milliseconds() || *ms > hi.Milliseconds() {
+		return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: %sMs must be between %d and %d (milliseconds), got %d", v, name, lo.Milliseconds(), hi.Milliseconds(), *ms)
+	}
+	if s == "" {
+		return time.Duration(*ms) * time.Millisecond, true, nil
+	}
+	if d.Milliseconds() != *ms {
+		return 0, false, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: %s %q and %sMs %d disagree (%q is %d ms); give one of them, or both with the same duration",
+			v, name, s, name, *ms, s, d.Milliseconds())
+	}
+	return d, true, nil
 }

@@ -230,3 +230,44 @@ func TestFromEnvVisibilityMillis(t *testing.T) {
 		})
 	}
 }
+
+func TestEnvRetryAndDedupPolicy(t *testing.T) {
+	dir := t.TempDir()
+	env := func(extra string) func(string) (string, bool) {
+		js := `{"service":"local-queue","queuePath":"` + dir + `"` + extra + `}`
+		return func(k string) (string, bool) {
+			if k == EnvName("jobs") {
+				return js, true
+			}
+			return "", false
+		}
+	}
+	q, err := fromEnv(context.Background(), "jobs", env(`,"retryDelay":"200ms","retryDelayMs":200,"maxRetryDelayMs":900,"dedupWindow":"2s"`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.retry.Base != 200*time.Millisecond || q.retry.Max != 900*time.Millisecond {
+		t.Fatalf("retry schedule %+v", q.retry)
+	}
+	q2, err := fromEnv(context.Background(), "jobs", env(``), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if q2.retry != (RetrySchedule{Base: DefaultRetryDelay, Max: DefaultMaxRetryDelay}) {
+		t.Fatalf("default retry schedule %+v", q2.retry)
+	}
+	for extra, want := range map[string]string{
+		`,"retryDelay":"soon"`:                  `retryDelay must be a duration between 0s and 12h0m0s, got "soon"`,
+		`,"retryDelay":"1s","retryDelayMs":999`: `retryDelay "1s" and retryDelayMs 999 disagree`,
+		`,"maxRetryDelayMs":-1`:                 `maxRetryDelayMs must be between 0 and 43200000 (milliseconds), got -1`,
+		`,"dedupWindow":"0s"`:                   `dedupWindow must be a duration between 1ms and 168h0m0s, got "0s"`,
+		`,"dedupWindowMs":604800001`:            `dedupWindowMs must be between 1 and 604800000 (milliseconds), got 604800001`,
+	} {
+		_, err := fromEnv(context.Background(), "jobs", env(extra), nil)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "LOCALCLOUD_BINDING_JOBS") {
+			t.Errorf("%s: %v; want an error naming the variable and %q", extra, err, want)
+		}
+	}
+}

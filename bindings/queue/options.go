@@ -21,6 +21,8 @@ type options struct {
 	binding    string      // the binding name, recorded as the origin of dead letters
 	dead       deadLetterOptions
 	targets    []string // WithMoveTargets
+	retry      RetrySchedule
+	dedup      time.Duration // WithDedupWindow
 }
 
 // wakeOptions are the Open options about waking waiters.
@@ -37,7 +39,8 @@ type deadLetterOptions struct {
 }
 
 func buildOptions(opts []Option) options {
-	o := options{clock: time.Now, durability: bindings.DurabilityNormal, visibility: DefaultVisibility}
+	o := options{clock: time.Now, durability: bindings.DurabilityNormal, visibility: DefaultVisibility,
+		retry: RetrySchedule{Base: DefaultRetryDelay, Max: DefaultMaxRetryDelay}, dedup: DefaultDedupWindow}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -53,8 +56,9 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithLogger sets the logger for the queue's rare warnings. Defaults to
-// discarding them.
+// WithLogger sets the logger for the queue's rare warnings and the default
+// logger of Consume. Without it warnings are discarded and Consume logs to
+// slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithDurability chooses when commits reach the disk. Defaults to
@@ -161,3 +165,20 @@ func WithPollInterval(d time.Duration) Option {
 func WithMoveTargets(locs ...string) Option {
 	return func(o *options) { o.targets = append([]string(nil), locs...) }
 }
+
+// WithRetryDelay sets the delay after a handler's first failed delivery in
+// Consume, doubled for each further failure (+-20% jitter) up to
+// WithMaxRetryDelay: 0..MaxDelay, 0 retries at once. Defaults to
+// DefaultRetryDelay (1 s); FromEnv reads the binding's retryDelay. A plain
+// Nack is not affected.
+func WithRetryDelay(d time.Duration) Option { return func(o *options) { o.retry.Base = d } }
+
+// WithMaxRetryDelay caps Consume's retry delay, 0..MaxDelay. Defaults to
+// DefaultMaxRetryDelay (5 m); FromEnv reads the binding's maxRetryDelay.
+func WithMaxRetryDelay(d time.Duration) Option { return func(o *options) { o.retry.Max = d } }
+
+// WithDedupWindow sets how long a dedup key (WithDedupKey) is remembered,
+// MinDedupWindow..MaxDedupWindow. Defaults to DefaultDedupWindow (5 m);
+// FromEnv reads the binding's dedupWindow. Every handle of a queue should
+// use the same window.
+func WithDedupWindow(d time.Duration) Option { return func(o *options) { o.dedup = d } }

@@ -173,6 +173,10 @@ type Queue struct {
 	visibility time.Duration // default lease
 	poll       time.Duration // fallback poll of waiters
 	log        *slog.Logger
+	userLog    bool // the app set WithLogger
+	binding    string
+	maxAttempt int // of the dead-letter policy; 0 for none
+	retry      RetrySchedule
 	waiting    atomic.Int32 // goroutines blocked waiting for a wake-up, for tests
 }
 
@@ -219,6 +223,7 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 		cfg.DeadLetter = driver.DeadLetter{MaxAttempts: o.dead.maxAttempts, Location: o.dead.dlq}
 	}
 	cfg.MoveTargets = o.targets
+	cfg.DedupWindow = o.dedup
 	d, err := e.Open(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -227,7 +232,12 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	if poll == 0 {
 		poll = DefaultPollInterval
 	}
-	return &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: log}, nil
+	q := &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: log,
+		userLog: o.logger != nil, binding: o.binding, retry: o.retry}
+	if o.dead.set {
+		q.maxAttempt = o.dead.maxAttempts
+	}
+	return q, nil
 }
 
 func (o options) validate() error {
@@ -239,6 +249,15 @@ func (o options) validate() error {
 	}
 	if o.dead.set && (o.dead.maxAttempts < 1 || o.dead.maxAttempts > MaxAttemptsLimit) {
 		return bindings.Errorf(bindings.CodeInvalidInput, "maxAttempts: must be between 1 and %d, got %d", MaxAttemptsLimit, o.dead.maxAttempts)
+	}
+	if err := validRetry("retry delay", o.retry.Base); err != nil {
+		return err
+	}
+	if err := validRetry("max retry delay", o.retry.Max); err != nil {
+		return err
+	}
+	if err := validDedupWindow(o.dedup); err != nil {
+		return err
 	}
 	return validVisibility("default visibility", o.visibility)
 }
@@ -298,7 +317,55 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 	if err := p.validate("payload"); err != nil {
 		return err
 	}
-	return opErr(q.drv.Send(ctx, []driver.Payload{p.driver()}, o.delay), "send")
+	if o.keysBatch {
+		return bindings.Errorf(bindings.CodeInvalidInput, "dedup keys: WithDedupKeys is for SendBatch; give Send WithDedupKey")
+	}
+	return q.send(ctx, []driver.Payload{p.driver()}, o, "send")
+}
+
+// send hands ps to the engine, with their dedup keys if o has any.
+func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op string) error {
+	if !o.keysSet {
+		err := opErr(q.drv.Send(ctx, ps, o.delay), "%s", op)
+		if err == nil && o.result != nil {
+			*o.result = SendResult{Duplicate: make([]bool, len(ps)), Added: len(ps)}
+		}
+		return err
+	}
+	if len(o.keys) != len(ps) {
+		return bindings.Errorf(bindings.CodeInvalidInput, "dedup keys: must be one per message, %d, got %d", len(ps), len(o.keys))
+	}
+	for i, k := range o.keys {
+		if k == "" && o.keysBatch {
+			continue
+		}
+		field := "dedup key"
+		if o.keysBatch {
+			field = fmt.Sprintf("dedup key %d", i)
+		}
+		if err := validDedupKey(field, k); err != nil {
+			return err
+		}
+	}
+	ds, ok := q.drv.(driver.DedupSender)
+	if !ok {
+		return bindings.Errorf(bindings.CodeInvalidInput, "dedup key: the engine of %s does not support dedup keys", q.Path())
+	}
+	dup, err := ds.SendDedup(ctx, ps, o.keys, o.delay)
+	if err != nil {
+		return opErr(err, "%s", op)
+	}
+	if o.result != nil {
+		r := SendResult{Duplicate: make([]bool, len(ps))}
+		for i := range ps {
+			r.Duplicate[i] = i < len(dup) && dup[i]
+			if !r.Duplicate[i] {
+				r.Added++
+			}
+		}
+		*o.result = r
+	}
+	return nil
 }
 
 // SendBatch enqueues 1..MaxSendBatch messages in one transaction: all of
@@ -321,7 +388,10 @@ func (q *Queue) SendBatch(ctx context.Context, ps []Payload, opts ...SendOption)
 		}
 		dps[i] = p.driver()
 	}
-	return opErr(q.drv.Send(ctx, dps, o.delay), "send batch of %d", len(ps))
+	if o.keysSet && !o.keysBatch && len(ps) != 1 {
+		return bindings.Errorf(bindings.CodeInvalidInput, "dedup keys: a batch of %d messages needs WithDedupKeys (one key per message), not WithDedupKey", len(ps))
+	}
+	return q.send(ctx, dps, o, fmt.Sprintf("send batch of %d", len(ps)))
 }
 
 // Receive claims up to max (1..MaxReceiveBatch) due messages in send order
@@ -468,6 +538,10 @@ type PeekedMessage struct {
 	// Moving reports that the message is being moved to another store (to
 	// its dead-letter queue, or redriven); it is hidden meanwhile.
 	Moving bool
+	// LastError is the error of the message's last failed delivery in
+	// Consume (at most MaxLastErrorBytes), kept when it moves to its
+	// dead-letter queue; "" if none.
+	LastError string
 	// Odd says what is odd about a row another program wrote, one note per
 	// column (a REAL enqueued_at, a json payload that is not JSON, ...):
 	// what a receive coerces, or why it cannot deliver the row. Empty for
@@ -489,7 +563,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	var out []PeekedMessage
 	for _, m := range dms {
 		out = append(out, PeekedMessage{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt, VisibleAt: m.VisibleAt,
-			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, Odd: m.Odd})
+			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, LastError: m.LastError, Odd: m.Odd})
 	}
 	return out, nil
 }

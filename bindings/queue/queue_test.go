@@ -99,7 +99,7 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 
 // sqliteCaps are the SQLite engine's capabilities: it follows
 // queue.WithClock and its receipts are "{id}:{uuid}".
-var sqliteCaps = queuetest.Capabilities{ControlsTime: true, IDUUIDReceipts: true}
+var sqliteCaps = queuetest.Capabilities{ControlsTime: true, IDUUIDReceipts: true, LastErrors: true, DedupKeys: true}
 
 // integrityCheck runs PRAGMA integrity_check through q's reader pool.
 func integrityCheck(t *testing.T, q *queue.Queue) {

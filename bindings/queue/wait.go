@@ -15,12 +15,15 @@ const DefaultPollInterval = time.Second
 
 // Log attribute keys of this package.
 const (
-	logKeyErr     = "err"
-	logKeyStore   = "store"
-	logKeyID      = "id"
-	logKeyAttempt = "attempt"
-	logKeyRetryIn = "retry_in"
-	logKeyStack   = "stack"
+	logKeyErr       = "err"
+	logKeyStore     = "store"
+	logKeyID        = "id"
+	logKeyAttempt   = "attempt"
+	logKeyRetryIn   = "retry_in"
+	logKeyStack     = "stack"
+	logKeyBinding   = "binding"
+	logKeyNext      = "next"
+	logKeyNextDelay = "next_delay"
 )
 
 // pollWait returns d jittered by +-20%.

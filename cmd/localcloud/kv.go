@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/config"
@@ -32,6 +35,9 @@ type (
 		Key     string `json:"key"`
 		Found   bool   `json:"found"`
 		*valueJSON
+		// ExpiresAt is the key's expiry in unix milliseconds, null when it
+		// never expires; absent when the key was not found.
+		ExpiresAt json.RawMessage `json:"expiresAt,omitempty"`
 	}
 	kvPutJSON struct {
 		Binding string `json:"binding"`
@@ -60,6 +66,9 @@ type (
 	kvItemJSON struct {
 		Key string `json:"key"`
 		valueJSON
+		// ExpiresAt is the key's expiry in unix milliseconds, null when it
+		// never expires.
+		ExpiresAt json.RawMessage `json:"expiresAt"`
 	}
 )
 
@@ -108,6 +117,11 @@ func (c *kvCommand) get(ctx context.Context, args []string) error {
 			if ok {
 				val := encodeValue(v)
 				out.valueJSON = &val
+				// The expiry from Lookup; a row another program wrote
+				// that Lookup cannot read (Get coerces it) shows none.
+				if e, live, lerr := s.Lookup(ctx, key); lerr == nil && live {
+					out.ExpiresAt = expiresAtJSON(e.ExpiresAt)
+				}
 			}
 			if err := c.app.printJSON(out); err != nil {
 				return err
@@ -225,9 +239,12 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", kv.DefaultScanLimit, fmt.Sprintf("at most `N` keys per page (1-%d)", kv.MaxScanLimit))
 	cursor := fs.String("cursor", "", "continue after the page that printed cursor `C`")
 	all := fs.Bool("all", false, "follow the cursor and print every page")
-	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING PREFIX")
+	pos, err := parseWantArgs(fs, args, 1, 2, "BINDING [PREFIX]")
 	if err != nil {
 		return err
+	}
+	if len(pos) == 1 {
+		pos = append(pos, "") // every key
 	}
 	if *limit < 1 || *limit > kv.MaxScanLimit {
 		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", kv.MaxScanLimit, *limit), try: "localcloud kv scan -h"}
@@ -255,20 +272,28 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 	out.NextCursor = next
 	if *asJSON {
 		for _, it := range items {
-			out.Items = append(out.Items, kvItemJSON{Key: it.Key, valueJSON: encodeValue(it.Value)})
+			out.Items = append(out.Items, kvItemJSON{Key: it.Key, valueJSON: encodeValue(it.Value), ExpiresAt: expiresAtJSON(it.ExpiresAt)})
 		}
 		return c.app.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tBYTES\tVALUE")
+	fmt.Fprintln(tw, "KEY\tBYTES\tVALUE\tEXPIRES")
 	for _, it := range items {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", it.Key, len(it.Value), preview(it.Value))
+		exp := "-"
+		if !it.ExpiresAt.IsZero() {
+			exp = fmtTime(it.ExpiresAt)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Key, len(it.Value), preview(it.Value), exp)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		fmt.Fprintf(c.app.stderr, "more keys follow: localcloud kv scan %s %s --cursor %s (or --all)\n", b.Name, prefix, next)
+		args := b.Name
+		if prefix != "" {
+			args += " " + prefix
+		}
+		fmt.Fprintf(c.app.stderr, "more keys follow: localcloud kv scan %s --cursor %s (or --all)\n", args, next)
 	}
 	return nil
 }
@@ -318,4 +343,12 @@ Flags:
   --cursor C        scan: continue after a page
   --all             scan: every page
 `)
+}
+
+// expiresAtJSON is an expiry in unix milliseconds, or null for none.
+func expiresAtJSON(t time.Time) json.RawMessage {
+	if t.IsZero() {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(strconv.FormatInt(t.UnixMilli(), 10))
 }

@@ -164,7 +164,8 @@ func TestEnv(t *testing.T) {
 		"export LOCALCLOUD_STACK_NAME='shop'",
 		`export LOCALCLOUD_BINDING_CARTS='{"service":"local-kv","dataDir":"` + filepath.Join(dir, ".localcloud", "kv", "carts") + `","durability":"normal"}'`,
 		`export LOCALCLOUD_BINDING_ORDERS_DLQ='{"service":"local-queue","queuePath":"` + filepath.Join(dir, ".localcloud", "queue", "orders-dlq") +
-			`","subject":"localcloud.shop.orders-dlq.available","visibilityTimeout":"45s","visibilityTimeoutMs":45000,"durability":"normal"}'`,
+			`","subject":"localcloud.shop.orders-dlq.available","visibilityTimeout":"45s","visibilityTimeoutMs":45000,"durability":"normal",` +
+			`"retryDelay":"1s","retryDelayMs":1000,"maxRetryDelay":"5m0s","maxRetryDelayMs":300000,"dedupWindow":"5m0s","dedupWindowMs":300000}'`,
 	}
 	for _, w := range want {
 		if !strings.Contains(stdout, w+"\n") {

@@ -54,6 +54,11 @@ type (
 		Bytes   int    `json:"bytes"`
 		// DelayMillis is --delay; 0 without.
 		DelayMillis int64 `json:"delayMillis,omitempty"`
+		// DedupKey is --dedup-key ("" without); Duplicate reports that a
+		// send with that key within the binding's dedupWindow stored the
+		// message already, so nothing was added.
+		DedupKey  string `json:"dedupKey,omitempty"`
+		Duplicate bool   `json:"duplicate"`
 	}
 	queueReceiveJSON struct {
 		Binding  string            `json:"binding"`
@@ -105,6 +110,9 @@ type (
 		Odd []string `json:"odd,omitempty"`
 		// Origin is where a dead letter came from (absent otherwise).
 		Origin *queueOriginOut `json:"origin,omitempty"`
+		// LastError is the error of the message's last failed delivery in
+		// Consume, carried into its dead-letter queue; null if none.
+		LastError *string `json:"lastError"`
 	}
 	queueOriginOut struct {
 		Binding     string `json:"binding"`
@@ -180,6 +188,7 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("send")
 	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
 	delay := fs.Duration("delay", 0, "make the message due `D` from now (0-12h)")
+	dedupKey := fs.String("dedup-key", "", "send idempotently: with `K` sent within the binding's dedupWindow, add nothing (A-Z a-z 0-9 - _ : ., 1-512 bytes)")
 	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING TEXT (or - to read the payload from stdin)")
 	if err != nil {
 		return err
@@ -200,11 +209,22 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 		return err
 	}
 	defer q.Close()
-	if err := q.Send(ctx, p, queue.WithDelay(*delay)); err != nil {
+	var res queue.SendResult
+	sopts := []queue.SendOption{queue.WithDelay(*delay), queue.WithSendResult(&res)}
+	if *dedupKey != "" {
+		sopts = append(sopts, queue.WithDedupKey(*dedupKey))
+	}
+	if err := q.Send(ctx, p, sopts...); err != nil {
 		return storeErr("queue send", err)
 	}
+	dup := len(res.Duplicate) == 1 && res.Duplicate[0]
 	if *asJSON {
-		return c.app.printJSON(queueSendJSON{Binding: b.Name, Type: string(p.Type), Bytes: len(p.Data), DelayMillis: delay.Milliseconds()})
+		return c.app.printJSON(queueSendJSON{Binding: b.Name, Type: string(p.Type), Bytes: len(p.Data), DelayMillis: delay.Milliseconds(),
+			DedupKey: *dedupKey, Duplicate: dup})
+	}
+	if dup {
+		fmt.Fprintf(c.app.stdout, "not sent to %s: dedup key %q was sent within the binding's dedupWindow; nothing added\n", b.Name, *dedupKey)
+		return nil
 	}
 	due := ""
 	if *delay > 0 {
@@ -435,19 +455,26 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 				po.Origin = &queueOriginOut{Binding: o.Binding, Store: o.Store, ID: o.ID, Attempts: o.Attempts,
 					EnqueuedAt: fmtTime(o.EnqueuedAt), MovedAt: fmtTime(o.MovedAt), LastReceipt: o.LastReceipt, Reason: o.Reason}
 			}
+			if m.LastError != "" {
+				po.LastError = &m.LastError
+			}
 			out.Messages = append(out.Messages, po)
 		}
 		return c.app.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD")
+	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD\tLAST ERROR")
 	for _, m := range msgs {
 		state := peekState(m, now)
 		if state != stateDue && state != stateMoving && state != stateNeverDue {
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
-			state, originText(m.Origin), m.Payload.Type, payloadPreview(m.Payload))
+		lastErr := "-"
+		if m.LastError != "" {
+			lastErr = preview([]byte(m.LastError))
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
+			state, originText(m.Origin), m.Payload.Type, payloadPreview(m.Payload), lastErr)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

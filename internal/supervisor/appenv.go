@@ -46,6 +46,14 @@ func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 				// The same in milliseconds, for apps in any language.
 				VisibilityTimeoutMs: &ms,
 				Durability:          b.Durability,
+				// Consume's retry back-off and the dedup window, so every
+				// process of the app applies the same policy.
+				RetryDelay:      b.RetryDelay.String(),
+				RetryDelayMs:    ptrTo(b.RetryDelay.Milliseconds()),
+				MaxRetryDelay:   b.MaxRetryDelay.String(),
+				MaxRetryDelayMs: ptrTo(b.MaxRetryDelay.Milliseconds()),
+				DedupWindow:     b.DedupWindow.String(),
+				DedupWindowMs:   ptrTo(b.DedupWindow.Milliseconds()),
 			}
 			// The dead-letter policy travels with the binding so every
 			// process of the app enforces it (config checked deadLetter).
@@ -77,3 +85,5 @@ func MarshalCompact(v any) (string, error) {
 	}
 	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
+
+func ptrTo[T any](v T) *T { return &v }

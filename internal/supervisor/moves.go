@@ -46,6 +46,13 @@ func QueueOptions(st *config.Stack, b config.Binding) []queue.Option {
 	if len(origins) > 0 {
 		opts = append(opts, queue.WithMoveTargets(origins...))
 	}
+	// Every process of the stack applies the binding's retry back-off and
+	// dedup window (config applied the defaults).
+	// A binding config did not parse (zero window) keeps the defaults.
+	if b.DedupWindow > 0 {
+		opts = append(opts, queue.WithDedupWindow(b.DedupWindow),
+			queue.WithRetryDelay(b.RetryDelay), queue.WithMaxRetryDelay(b.MaxRetryDelay))
+	}
 	return opts
 }
 

@@ -65,6 +65,9 @@ type Put struct {
 type Item struct {
 	Key   string
 	Value []byte
+	// ExpiresAt is when the key expires; zero when it never does (or the
+	// engine does not say).
+	ExpiresAt time.Time
 }
 
 // Store is one open store. It must be safe for concurrent use.

@@ -87,6 +87,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Scan/CursorBoundToPrefix", testCursorBinding},
 		{"Scan/ExpiringMidScan", testScanExpiringMidScan},
 		{"Scan/LimitZeroAndMax", testScanLimits},
+		{"Scan/EveryKeyWithoutPrefix", testScanEveryKey},
+		{"TTL/ExpiresAtShown", testExpiresAtShown},
 		{"Concurrency/SixteenRacers", testRacers},
 		{"Concurrency/TTLRace", testTTLRace},
 		{"Concurrency/InterleavedHandles", testInterleaved},

@@ -107,6 +107,9 @@ type Config struct {
 	// Notifier, if not nil, is told after every commit that made a message
 	// due now or scheduled one for later. It must not block.
 	Notifier interface{ MessageDue() }
+	// DedupWindow is how long a dedup key is remembered (DedupSender);
+	// always set (queue.DefaultDedupWindow unless the binding says).
+	DedupWindow time.Duration
 }
 
 // DeadLetter is a dead-letter policy: a message delivered MaxAttempts
@@ -191,11 +194,38 @@ type PeekedMessage struct {
 	// Moving reports that the message is being moved to another store (to
 	// its dead-letter queue, or redriven); it is hidden meanwhile.
 	Moving bool
+	// LastError is the error text of the message's last failed delivery
+	// (FailureRecorder), carried along into its dead-letter queue; "" if
+	// none was recorded.
+	LastError string
 	// Odd says what is odd about a row another program wrote, one note per
 	// column (a REAL enqueued_at, a json payload that is not JSON, ...):
 	// what a receive coerces, or why it cannot deliver the row. Empty for
 	// rows a spec-exact writer wrote.
 	Odd []string
+}
+
+// FailureRecorder is implemented by an engine that keeps the last error of
+// a failed delivery with its message (shown by Peek as LastError and
+// carried into the dead-letter queue). Consume uses it instead of Nack for
+// a failed handler when the engine has it.
+type FailureRecorder interface {
+	// NackFailed is Nack that also records lastError (at most
+	// queue.MaxLastErrorBytes bytes) as the message's last error, in the
+	// same commit.
+	NackFailed(ctx context.Context, receipt string, delay time.Duration, lastError string) error
+}
+
+// DedupSender is implemented by an engine that supports dedup keys
+// (queue.WithDedupKey). A queue without it refuses sends with keys.
+type DedupSender interface {
+	// SendDedup is Send where keys[i] ("" for none) is message i's dedup
+	// key: a message whose key was sent to this queue less than
+	// Config.DedupWindow ago (by any handle, process or earlier run) is not
+	// added and dup[i] is true. Keys seen once in one call are duplicates
+	// after the first. Checking and adding are one commit, so concurrent
+	// senders of one key add it once.
+	SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) (dup []bool, err error)
 }
 
 // Stats are a queue's counts at one moment.

@@ -121,6 +121,13 @@ type Capabilities struct {
 	// NoDeadLetters says the engine does not implement dead letters yet
 	// (WithDeadLetter, Redrive): their cases are skipped.
 	NoDeadLetters bool
+	// LastErrors says the engine keeps the error of a message's last failed
+	// delivery (driver.FailureRecorder): Peek shows it as LastError, also in
+	// the dead-letter queue. Without it those checks are skipped.
+	LastErrors bool
+	// DedupKeys says the engine supports queue.WithDedupKey
+	// (driver.DedupSender). Without it the Dedup cases are skipped.
+	DedupKeys bool
 }
 
 // Run runs every case as a parallel subtest "Area/Case", each on a store
@@ -170,6 +177,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"DeadLetter/PoisonDeliveredMaxAttemptsTimes", testDeadLetterPoison},
 		{"DeadLetter/RedriveReturnsIt", testRedrive},
 		{"DeadLetter/OptionsValidated", testDeadLetterOptions},
+		{"Retry/BackoffDoublesWithJitter", testRetryBackoff},
+		{"Retry/RetryAfterAndConsumeOptions", testRetryAfter},
+		{"Retry/LastErrorIntoDeadLetter", testLastErrorIntoDeadLetter},
+		{"Dedup/SecondSendAddsNothing", testDedupKeys},
+		{"Dedup/ConcurrentHandles", testDedupConcurrent},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -19,7 +19,7 @@ func TestFormatDocQuotesEveryStatement(t *testing.T) {
 	}
 	for name, stmt := range map[string]string{
 		"Schema": Schema, "stmtGet": stmtGet, "stmtExists": stmtExists, "stmtDeleteIfExp": stmtDeleteIfExp,
-		"stmtPut": stmtPut, "stmtPutIfAbsent": stmtPutIfAbsent, "stmtDelete": stmtDelete, "stmtScan": stmtScan,
+		"stmtPut": stmtPut, "stmtPutIfAbsent": stmtPutIfAbsent, "stmtDelete": stmtDelete, "stmtScan": stmtScan, "stmtScanAll": stmtScanAll,
 	} {
 		if !strings.Contains(string(doc), stmt) {
 			t.Errorf("docs/FORMAT.md does not quote %s:\n%s", name, stmt)

@@ -60,9 +60,14 @@ WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= ?4`
 	stmtDelete = `DELETE FROM kv WHERE key = ?1`
 	// The prefix range [prefix, upper) holds exactly the keys that start
 	// with prefix (prefix bytes are ASCII below 0x7f, see validKey).
-	stmtScan = `SELECT key, value FROM kv
+	stmtScan = `SELECT key, value, expires_at FROM kv
 WHERE key >= ?1 AND key < ?2 AND key > ?3 AND (expires_at IS NULL OR expires_at > ?4)
 ORDER BY key LIMIT ?5`
+	// The scan of every key (prefix ""): no upper bound, so keys a foreign
+	// writer stored with bytes outside validKey's set are listed too.
+	stmtScanAll = `SELECT key, value, expires_at FROM kv
+WHERE key > ?1 AND (expires_at IS NULL OR expires_at > ?2)
+ORDER BY key LIMIT ?3`
 )
 
 // Store is a handle on one KV store. It is safe for concurrent use.
@@ -141,6 +146,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return valueBytes(row[0]), true, nil
 }
 
+// expiryOf is an expires_at value as a time: zero for NULL and for values
+// that are not numbers (written by another program).
+func expiryOf(v any) time.Time {
+	switch ms := v.(type) {
+	case int64:
+		return time.UnixMilli(ms)
+	case float64: // REAL written by another program, compared as a number
+		return time.UnixMilli(int64(ms))
+	}
+	return time.Time{}
+}
+
 // Exists reports whether key holds a live value.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	now := s.nowMillis()
@@ -209,12 +226,16 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // key order, after the key after ("" for the first page), and whether more
 // remain.
 func (s *Store) Scan(ctx context.Context, prefix, after string, limit int) ([]driver.Item, bool, error) {
-	st, err := s.db.ReadStmt(ctx, stmtScan)
+	stmt, args := stmtScanAll, []any{after, s.nowMillis(), limit + 1}
+	if prefix != "" {
+		upper := prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
+		stmt, args = stmtScan, []any{prefix, upper, after, s.nowMillis(), limit + 1}
+	}
+	st, err := s.db.ReadStmt(ctx, stmt)
 	if err != nil {
 		return nil, false, err
 	}
-	upper := prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
-	rows, err := st.QueryContext(ctx, prefix, upper, after, s.nowMillis(), limit+1)
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, false, err
 	}
@@ -227,9 +248,11 @@ func (s *Store) Scan(ctx context.Context, prefix, after string, limit int) ([]dr
 			break
 		}
 		var it driver.Item
-		if err := rows.Scan(&it.Key, &it.Value); err != nil {
+		var exp any
+		if err := rows.Scan(&it.Key, &it.Value, &exp); err != nil {
 			return nil, false, err
 		}
+		it.ExpiresAt = expiryOf(exp)
 		if it.Value == nil {
 			it.Value = []byte{}
 		}

@@ -327,7 +327,10 @@ type move struct {
 	// arrival records, "" if nowhere: the target of a redrive to origins.
 	origin string
 	stuck  string // why mayFinish refused it
-	reason string // why the message could not be delivered (rows.go), "" if it was spent
+	// lastError is the message's last error here (lc_errors), carried into
+	// the dead-letter queue.
+	lastError string
+	reason    string // why the message could not be delivered (rows.go), "" if it was spent
 }
 
 // scope is what a caller may finish moves toward besides the handle's own
@@ -492,6 +495,9 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 		}
 	}
 	if present > 0 {
+		if err := q.lastErrors(ctx, moves); err != nil {
+			return err
+		}
 		d, err := q.destination(ctx, dest)
 		if err != nil {
 			return err
@@ -528,6 +534,9 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 				return err
 			}
 			if _, err := tx.Exec(ctx, stmtDeleteIntent, mv.id); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, stmtDeleteError, mv.id); err != nil {
 				return err
 			}
 		}
@@ -579,8 +588,15 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 			return false, err
 		}
 	}
-	_, err = tx.Exec(ctx, stmtArrivalID, mv.token, id)
-	return err == nil, err
+	if _, err = tx.Exec(ctx, stmtArrivalID, mv.token, id); err != nil {
+		return false, err
+	}
+	if mv.lastError != "" {
+		if _, err := tx.Exec(ctx, stmtSetError, id, mv.lastError, now); err != nil {
+			return false, fmt.Errorf("carry the last error of message %d: %w", mv.id, err)
+		}
+	}
+	return true, nil
 }
 
 // errQueueClosed is the error of a move on a closed handle.

@@ -20,18 +20,24 @@ FROM messages`
 	// only by a spec-exact implementation and opened read-only lacks.
 	stmtHasMoveTables = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('lc_moves', 'lc_arrivals')`
 	stmtHasReasons    = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_dead_letter_reasons'`
-	// REASON is replaced by the reason column, or NULL on a store that
+	// REASON is replaced by the reason column (LASTERROR by the last error),
+	// or NULL on a store that
 	// has no lc_dead_letter_reasons (opened read-only, never opened
 	// read-write since an older localcloud made it).
 	stmtPeekOrigin = `SELECT m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.attempt, m.receipt_handle,
 d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
-mv.message_id IS NOT NULL, REASON
+mv.message_id IS NOT NULL, REASON, LASTERROR
 FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
 ORDER BY m.enqueued_at, m.id LIMIT ?1`
 	peekReason       = `(SELECT r.reason FROM lc_dead_letter_reasons r WHERE r.dlq_message_id = m.id)`
 	stmtStatsOrigins = `SELECT d.origin_binding, d.origin_store, COUNT(*) FROM lc_arrivals d JOIN messages m ON m.id = d.message_id AND d.kind = 'dead-letter'
 GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_binding, d.origin_store`
 	stmtStatsMoving = `SELECT COUNT(*) FROM lc_moves`
+	// With localcloud's table of last errors (failures.go), which a store
+	// opened read-only since before this localcloud lacks.
+	stmtHasErrorTable = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_errors'`
+	// LASTERROR in stmtPeekOrigin is replaced by this, or NULL without lc_errors.
+	peekLastError = `(SELECT e.error FROM lc_errors e WHERE e.message_id = m.id)`
 )
 
 // Peek returns up to limit (checked by the caller) messages in delivery order
@@ -44,7 +50,11 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	}
 	stmt := stmtPeek
 	if own {
-		reason := "NULL"
+		var errs int
+		if err := q.db.R.QueryRowContext(ctx, stmtHasErrorTable).Scan(&errs); err != nil {
+			return nil, opErr(err, "peek")
+		}
+		reason, lastError := "NULL", "NULL"
 		var n int
 		if err := q.db.R.QueryRowContext(ctx, stmtHasReasons).Scan(&n); err != nil {
 			return nil, opErr(err, "peek")
@@ -52,7 +62,10 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		if n == 1 {
 			reason = peekReason
 		}
-		stmt = strings.Replace(stmtPeekOrigin, "REASON", reason, 1)
+		if errs == 1 {
+			lastError = peekLastError
+		}
+		stmt = strings.Replace(strings.Replace(stmtPeekOrigin, "REASON", reason, 1), "LASTERROR", lastError, 1)
 	}
 	rows, err := q.db.R.QueryContext(ctx, stmt, limit)
 	if err != nil {
@@ -71,6 +84,10 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		if own {
 			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving, &o.reason)
 		}
+		var lastErr sql.NullString
+		if own {
+			dest = append(dest, &lastErr)
+		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, opErr(err, "peek")
 		}
@@ -79,6 +96,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 				EnqueuedAt: time.UnixMilli(o.enq.Int64), MovedAt: time.UnixMilli(o.moved.Int64), LastReceipt: o.receipt.String,
 				Reason: o.reason.String}
 		}
+		m.LastError = lastErr.String
 		d := decodeRow(r) // total: rows another program wrote (rows.go)
 		m.ID, m.Attempt, m.Delivered, m.Odd = r.id, d.attempt, d.receipt.Valid, d.odd
 		if d.enqOK {

@@ -23,7 +23,12 @@ type options struct {
 	dead       deadLetterOptions
 	internal   bool // a handle a transfer opened on its destination (deadletter.go)
 	targets    []string
+	// dedupWindow is how long dedup keys are remembered; 0: the default.
+	dedupWindow time.Duration
 }
+
+// defaultDedupWindow is queue.DefaultDedupWindow.
+const defaultDedupWindow = 5 * time.Minute
 
 // Engine is the SQLite engine; its zero value is ready to use.
 type Engine struct{}
@@ -32,8 +37,8 @@ type Engine struct{}
 func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error) {
 	o := options{clock: cfg.Clock, logger: cfg.Logger, durability: bindings.Durability(cfg.Durability),
 		readOnly: cfg.ReadOnly, notifier: cfg.Notifier, binding: cfg.BindingName,
-		targets: append([]string(nil), cfg.MoveTargets...),
-		wake:    wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, noLocalWake: cfg.Hints.NoLocalWake}}
+		targets: append([]string(nil), cfg.MoveTargets...), dedupWindow: cfg.DedupWindow,
+		wake: wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, noLocalWake: cfg.Hints.NoLocalWake}}
 	if o.durability == "" {
 		o.durability = bindings.DurabilityNormal
 	}

@@ -71,7 +71,7 @@ var format = sqlstore.Format{
 	Marker: Marker,
 	File:   FileName,
 	Schema: Schema,
-	Extra:  OrderIndex + "\n" + MovesDDL,
+	Extra:  OrderIndex + "\n" + MovesDDL + "\n" + DeliveryDDL,
 	OpCode: bindings.CodeQueueOperationFailed,
 	// A var's initializer may not refer to the var itself (checkRows does
 	// not), so the function is set here directly.
@@ -151,7 +151,8 @@ type Queue struct {
 	stuckLogged atomic.Int64 // moves left in place at the last report (reportStuck)
 	targets     []string     // WithMoveTargets, normalised
 	lastFull    atomic.Bool  // the last claim returned as many as it asked for
-	oddLogged   sync.Map     // ids of undeliverable rows logged (rows.go)
+	dedupWindow time.Duration
+	oddLogged   sync.Map // ids of undeliverable rows logged (rows.go)
 }
 
 // Open opens or creates the queue store in dir (created 0700; the file 0600).
@@ -210,7 +211,10 @@ func prepareOptions(o options) (options, error) {
 
 func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 	q := &Queue{db: db, now: o.clock, notifier: o.notifier, hints: newHintState(o, db.Path),
-		binding: o.binding, readOnly: o.readOnly, internal: o.internal, targets: o.targets}
+		binding: o.binding, readOnly: o.readOnly, internal: o.internal, targets: o.targets, dedupWindow: o.dedupWindow}
+	if q.dedupWindow <= 0 {
+		q.dedupWindow = defaultDedupWindow
+	}
 	if o.dead.set {
 		if same, how := sameStore(o.dead.dlq, q.Location()); same {
 			_ = q.Close()
@@ -617,7 +621,10 @@ func (q *Queue) receiptErr(err error, op, receipt string) error {
 // Purge deletes every message, due or in flight.
 func (q *Queue) Purge(ctx context.Context) error {
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, stmtPurge)
+		if _, err := tx.Exec(ctx, stmtPurge); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, stmtClearErrors)
 		return err
 	})
 	return opErr(err, "purge")
