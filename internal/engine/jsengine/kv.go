@@ -242,9 +242,10 @@ func (s *kvStore) check() error {
 
 // entry is the last message of a key: rev 0 when there is none.
 type entry struct {
-	rev   uint64
-	value []byte
-	live  bool
+	rev     uint64
+	value   []byte
+	live    bool
+	expires time.Time // zero without a TTL
 }
 
 // load reads the key's last message through the stream leader.
@@ -256,7 +257,12 @@ func (s *kvStore) load(ctx context.Context, subject string) (entry, error) {
 	if err != nil {
 		return entry{}, fmt.Errorf("get %s: %w", subject, err)
 	}
-	return entry{rev: m.Sequence, value: m.Data, live: s.liveAt(m.Header, s.clock())}, nil
+	e := entry{rev: m.Sequence, value: m.Data, live: s.liveAt(m.Header, s.clock())}
+	if v := m.Header.Get(hdrExpires); e.live && v != "" {
+		ms, _ := strconv.ParseInt(v, 10, 64) // readable: liveAt said so
+		e.expires = time.UnixMilli(ms)
+	}
+	return e, nil
 }
 
 // liveAt reads the expiry header: no header is no expiry; an expiry at or
@@ -392,7 +398,11 @@ func (s *kvStore) Scan(ctx context.Context, prefix, after string, limit int) ([]
 		return nil, false, err
 	}
 	ps := s.subject(prefix)
-	info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(ps+".>"))
+	filter := ps + ".>"
+	if prefix == "" {
+		filter = s.prefix + ">" // every key
+	}
+	info, err := s.st.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, false, fmt.Errorf("list subjects under %s: %w", ps, err)
 	}
@@ -424,7 +434,7 @@ func (s *kvStore) Scan(ctx context.Context, prefix, after string, limit int) ([]
 		if e.value == nil {
 			e.value = []byte{}
 		}
-		items = append(items, driver.Item{Key: k, Value: e.value})
+		items = append(items, driver.Item{Key: k, Value: e.value, ExpiresAt: e.expires})
 	}
 	return items, false, nil
 }

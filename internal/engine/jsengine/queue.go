@@ -776,7 +776,34 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 		return fmt.Errorf("purge %s: %w", q.stream, err)
 	}
 	q.lastSent.Store(0)
+	if q.replicated {
+		return q.waitPurged(ctx)
+	}
 	return nil
+}
+
+// waitPurged waits (up to ackSettle) until the consumer has nothing pending
+// or in flight. On a replicated stream the purge's reply comes from the
+// stream's leader, and the consumer's leader, on another node, was seen to
+// deliver a purged message right after it (Purge/InFlightToo on the 3-node
+// cluster, under load). Sends that race the purge may keep the counts above
+// zero; the wait then ends at its bound, as it would without them.
+func (q *jsQueue) waitPurged(ctx context.Context) error {
+	deadline := time.Now().Add(ackSettle)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ci, err := q.cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("purge %s: read consumer: %w", q.stream, err)
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
 
 // errNotYet is what the parts the engine does not implement yet return.
