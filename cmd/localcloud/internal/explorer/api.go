@@ -338,6 +338,12 @@ func toMessageJSON(m queue.PeekedMessage, now time.Time) messageJSON {
 	if o := m.Origin; o != nil {
 		out.Origin = &originInfo{Binding: o.Binding, Store: o.Store, ID: o.ID, Attempts: o.Attempts, MovedAt: o.MovedAt.UnixMilli(), LastReceipt: o.LastReceipt,
 			LastError: fmt.Sprintf("delivered %d times without an ack (maxAttempts used up)", o.Attempts)}
+		switch {
+		case m.LastError != "": // the handler's own error, kept by Consume
+			out.Origin.LastError = m.LastError
+		case o.Reason != "": // not spent but undeliverable in its queue
+			out.Origin.LastError = o.Reason
+		}
 	}
 	return out
 }

@@ -801,3 +801,22 @@ func TestKVPagesFollowTheCursor(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterLastError: a dead letter shows the handler's last error
+// when Consume kept one, else why it could not be delivered, else that its
+// attempts ran out.
+func TestDeadLetterLastError(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		m    queue.PeekedMessage
+		want string
+	}{
+		{queue.PeekedMessage{Origin: &queue.Origin{Attempts: 4}, LastError: "boom on attempt 4"}, "boom on attempt 4"},
+		{queue.PeekedMessage{Origin: &queue.Origin{Attempts: 0, Reason: "enqueued_at is TEXT"}}, "enqueued_at is TEXT"},
+		{queue.PeekedMessage{Origin: &queue.Origin{Attempts: 2}}, "delivered 2 times without an ack (maxAttempts used up)"},
+	} {
+		if got := toMessageJSON(c.m, now).Origin.LastError; got != c.want {
+			t.Errorf("lastError %q; want %q", got, c.want)
+		}
+	}
+}
