@@ -196,11 +196,13 @@ func (q *jsQueue) woke() {
 	}
 }
 
-func (q *jsQueue) message(p driver.Payload, subject string) *nats.Msg {
+// message builds one message of a send; every message of one send carries
+// the same send time (enqueuedMs), as a batch is enqueued at one moment.
+func (q *jsQueue) message(p driver.Payload, subject string, enqueuedMs int64) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = []byte(p.Data)
 	m.Header.Set(hdrType, p.Type)
-	m.Header.Set(hdrEnqueued, strconv.FormatInt(time.Now().UnixMilli(), 10))
+	m.Header.Set(hdrEnqueued, strconv.FormatInt(enqueuedMs, 10))
 	return m
 }
 
@@ -213,15 +215,16 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 		return err
 	}
 	msgs := make([]*nats.Msg, len(ps))
+	now := time.Now().UnixMilli()
 	for i, p := range ps {
 		if delay > 0 {
-			m := q.message(p, "lcqs."+q.name+"."+uuid.NewString())
+			m := q.message(p, "lcqs."+q.name+"."+uuid.NewString(), now)
 			at := time.Now().Add(delay).UTC().Format(time.RFC3339Nano)
 			m.Header.Set("Nats-Schedule", "@at "+at)
 			m.Header.Set("Nats-Schedule-Target", q.subject)
 			msgs[i] = m
 		} else {
-			msgs[i] = q.message(p, q.subject)
+			msgs[i] = q.message(p, q.subject, now)
 		}
 	}
 	var ack *jetstream.PubAck
