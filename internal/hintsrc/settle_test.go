@@ -3,23 +3,29 @@ package hintsrc
 import (
 	"context"
 	"database/sql"
-	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"github.com/localcloud/localcloud/notify"
 )
 
-// TestCommitVisibleLongAfterItsEventIsHinted: inotify reports a foreign
-// commit's -wal writes before the commit is visible, and on a loaded
-// machine the writer can be descheduled in between for hundreds of
-// milliseconds (measured: up to 0.5-1 s with 2 cores and ~20 busy
-// processes). No later event comes, so the re-checks after the event must
-// reach that far.
-func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
-	t.Parallel()
+// manualRig is a Source on a real embedded server watching one queue
+// store, with a subscriber on its subject. The directory is unwatched, so
+// the test reports each event by hand with src.changed(dir).
+type manualRig struct {
+	src *Source
+	sub *nats.Subscription
+	dir string
+	db  *sql.DB // a foreign connection on the store, spec SQL only
+}
+
+func newManualRig(t *testing.T, name string) manualRig {
+	t.Helper()
 	ctx := context.Background()
 	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
 	if err != nil {
@@ -31,7 +37,7 @@ func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	subject := notify.Subject("test", "late")
+	subject := notify.Subject("test", name)
 	sub, err := nc.SubscribeSync(subject)
 	if err != nil {
 		t.Fatal(err)
@@ -43,36 +49,50 @@ func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close)
-
 	dir := t.TempDir()
 	q, err := queue.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	if err := src.Add("late", subject, q); err != nil {
+	if err := src.Add(name, subject, q); err != nil {
 		t.Fatal(err)
 	}
-	// From here the directory raises no events, so the commit below is seen
-	// only by the re-checks that follow the one event we report by hand.
 	if err := src.dw.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	src.changed(dir)
-	// The writer's pause between its -wal writes and its commit becoming
-	// visible: the scenario itself, not a synchronisation.
-	time.Sleep(300 * time.Millisecond)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return manualRig{src: src, sub: sub, dir: dir, db: db}
+}
+
+// TestCommitVisibleLongAfterItsEventIsHinted: inotify reports a foreign
+// commit's -wal writes before the commit is visible, and on a loaded
+// machine the writer can be descheduled in between for hundreds of
+// milliseconds (measured: up to 0.5-1 s with 2 cores and ~20 busy
+// processes). No later event comes, so the re-checks after the event must
+// reach that far.
+func TestCommitVisibleLongAfterItsEventIsHinted(t *testing.T) {
+	t.Parallel()
+	// From here the directory raises no events, so the commit below is seen
+	// only by the re-checks that follow the one event we report by hand.
+	r := newManualRig(t, "late")
+	r.src.changed(r.dir)
+	// The writer's pause between its -wal writes and its commit becoming
+	// visible: the scenario itself, not a synchronisation.
+	time.Sleep(300 * time.Millisecond)
 	now := time.Now().UnixMilli()
-	if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+	if _, err := r.db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 		t.Fatal(err)
 	}
-	m, err := sub.NextMsg(2 * time.Second)
+	m, err := r.sub.NextMsg(2 * time.Second)
 	if err != nil {
 		t.Fatalf("no hint for a commit visible 300 ms after its event: %v", err)
 	}
@@ -88,63 +108,20 @@ VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 // about 200 ms after the commit).
 func TestEventRestartsTheReChecks(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	subject := notify.Subject("test", "restart")
-	sub, err := nc.SubscribeSync(subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := notify.NewPublisher(nc, notify.PublisherOptions{})
-	t.Cleanup(pub.Close)
-	src, err := New(Options{Publisher: pub})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(src.Close)
-
-	dir := t.TempDir()
-	q, err := queue.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
-	if err := src.Add("restart", subject, q); err != nil {
-		t.Fatal(err)
-	}
 	// Events are reported by hand from here, so the commit below raises none.
-	if err := src.dw.Remove(dir); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	src.changed(dir) // a first event: nothing new, the re-checks start
+	r := newManualRig(t, "restart")
+	r.src.changed(r.dir) // a first event: nothing new, the re-checks start
 	// Into the schedule's long steps (the re-checks at ~255 and ~511 ms):
 	// the scenario itself, not a synchronisation.
 	time.Sleep(300 * time.Millisecond)
-	src.changed(dir) // a second event, for the commit below, not yet visible
+	r.src.changed(r.dir) // a second event, for the commit below, not yet visible
 	now := time.Now().UnixMilli()
-	if _, err := db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+	if _, err := r.db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 		t.Fatal(err)
 	}
 	committed := time.Now()
-	m, err := sub.NextMsg(2 * time.Second)
+	m, err := r.sub.NextMsg(2 * time.Second)
 	if err != nil {
 		t.Fatalf("no hint: %v", err)
 	}
