@@ -193,17 +193,23 @@ VALUES (?1, ?2, ?3, ?3, 0)`, "json", `{"id":"`+id+`"}`, now); err != nil {
 // usOf returns the us=<unix µs> field of an app's line.
 func usOf(t *testing.T, line string) time.Time {
 	t.Helper()
+	return time.UnixMicro(intField(t, line, "us"))
+}
+
+// intField returns the integer of the name=<int> field of an app's line.
+func intField(t *testing.T, line, name string) int64 {
+	t.Helper()
 	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, "us="); ok {
-			us, err := strconv.ParseInt(v, 10, 64)
+		if v, ok := strings.CutPrefix(f, name+"="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				break
 			}
-			return time.UnixMicro(us)
+			return n
 		}
 	}
-	t.Fatalf("no us= field in %q", line)
-	return time.Time{}
+	t.Fatalf("no %s= field in %q", name, line)
+	return 0
 }
 
 func appFail(err error) int {
@@ -266,17 +272,7 @@ func waitStdout(t *testing.T, p *proc, timeout time.Duration, sub string) string
 // atOf returns the at=<unix ms> field of an app's line.
 func atOf(t *testing.T, line string) time.Time {
 	t.Helper()
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, "at="); ok {
-			ms, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				break
-			}
-			return time.UnixMilli(ms)
-		}
-	}
-	t.Fatalf("no at= field in %q", line)
-	return time.Time{}
+	return time.UnixMilli(intField(t, line, "at"))
 }
 
 // exitOK waits for an app to exit 0.
