@@ -58,12 +58,11 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
 			"jetstream queue: location %q: must be 1..64 of A-Z a-z 0-9 _ -", cfg.Location)
 	}
-	if cfg.DeadLetter.MaxAttempts > 0 {
-		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"jetstream queue %q: maxAttempts %d: dead letters are not implemented on the jetstream engine yet",
-			cfg.Location, cfg.DeadLetter.MaxAttempts)
-	}
 	js, err := jetstream.New(e.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
+	dl, err := e.openDeadLetters(ctx, js, cfg) // deadletter.go
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
@@ -81,6 +80,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		AllowDirect:        false,
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
+		Duplicates:         queueDupWindow, // the msg-ids of moves (deadletter.go)
 	}
 	st, err := provision(ctx, js, want, cfg.ReadOnly, checkQueueStream)
 	if err != nil {
@@ -119,7 +119,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
-		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
+		stream: want.Name, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
@@ -156,6 +156,7 @@ type jsQueue struct {
 	lastSent atomic.Uint64
 	notifier interface{ MessageDue() }
 	readOnly bool
+	dl       *deadLetters // the policy and move targets (deadletter.go)
 	url      string
 	done     chan struct{}
 
@@ -512,10 +513,11 @@ func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]dri
 	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
 	var out []driver.Message
-	for len(out) < max {
+	var spent []*nats.Msg // past maxAttempts: moved, not delivered (deadletter.go)
+	for len(out)+len(spent) < max {
 		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
-			if len(out) > 0 {
+			if len(out)+len(spent) > 0 {
 				break
 			}
 			return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
@@ -529,6 +531,10 @@ func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]dri
 		d, ok := q.parseAck(m.Reply)
 		if !ok {
 			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
+		}
+		if q.spent(d) {
+			spent = append(spent, m)
+			continue
 		}
 		deadline := time.Now().Add(lease)
 		if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
@@ -545,12 +551,14 @@ func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]dri
 			Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
 			EnqueuedAt:    enq,
 		})
+		q.noteDelivery(d, out[len(out)-1].ReceiptHandle)
 	}
 	if len(out) > 0 {
 		if err := q.flush(ctx); err != nil {
 			return nil, fmt.Errorf("set leases: %w", err)
 		}
 	}
+	q.moveSpent(ctx, spent)
 	return out, nil
 }
 
@@ -809,11 +817,6 @@ func (q *jsQueue) waitPurged(ctx context.Context) error {
 	}
 }
 
-// errNotYet is what the parts the engine does not implement yet return.
-func errNotYet(op string) error {
-	return bindings.Errorf(bindings.CodeInvalidInput, "%s: not implemented on the jetstream engine yet", op)
-}
-
 // Peek reads the stream without touching the consumer: the queue's
 // messages in stream order, then the delayed sends (message schedules) in
 // the order they were sent. What the server does not expose per message is
@@ -846,6 +849,7 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 				pm.EnqueuedAt = time.UnixMilli(v)
 			}
+			pm.Origin = originOf(m.Header) // deadletter.go
 			switch {
 			case subj != q.subject: // delayed: due at its schedule
 				if at, ok := strings.CutPrefix(m.Header.Get("Nats-Schedule"), "@at "); ok {
@@ -886,6 +890,9 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
 	due = min(max(due, 0), onSubject)
 	st := driver.Stats{Due: due, InFlight: total - due, Delayed: total - onSubject, Total: total}
+	if err := q.deadLetterStats(ctx, si, &st); err != nil { // deadletter.go
+		return driver.Stats{}, err
+	}
 	if total > 0 {
 		if m, err := q.st.GetMsg(ctx, si.State.FirstSeq); err == nil {
 			st.Oldest = m.Time
@@ -895,10 +902,6 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 		}
 	}
 	return st, nil
-}
-
-func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.RedriveResult, error) {
-	return driver.RedriveResult{}, errNotYet("redrive")
 }
 
 // WaitChans: local is closed by this handle's sends and nacks; there is no
