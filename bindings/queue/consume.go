@@ -272,6 +272,30 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Wait. With no idle worker only a freed worker matters: a claim
 		// follows it if look is set, which a full claim always leaves set.
+		if wr, ok := q.drv.(driver.WaitReceiver); ok && idle > 0 && !look && backoff == 0 {
+			// The engine's server holds the claim open until a message is
+			// due: no wake channels, no timer, no poll.
+			idle += c.drainFree()
+			k := min(c.o.batch, idle)
+			msgs, err := q.serverWait(ctx, wr, k, c.o.visibility, c.o.poll)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil && q.isClosed():
+				return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+			case err != nil:
+				backoff = min(max(2*backoff, minErrorBackoff), c.o.poll)
+				c.o.log.Warn("consume: claim failed; retrying", logKeyStore, q.Path(), logKeyErr, err, logKeyRetryIn, backoff)
+				wakeAt = time.Now().Add(backoff) // the wait below, on its timer
+			default:
+				for _, m := range msgs {
+					idle--
+					c.jobs <- m // never blocks: one slot per worker
+				}
+				look = len(msgs) == k // full: there may be more
+				continue
+			}
+		}
 		var lc, hc <-chan struct{}
 		var tc <-chan time.Time
 		waiting := idle > 0 && !look
@@ -297,16 +321,22 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			// first let workers that are about to finish (runnable, as after
 			// a short handler) do so.
 			runtime.Gosched()
-			for drained := false; !drained; {
-				select {
-				case <-c.free:
-					idle++
-				default:
-					drained = true
-				}
-			}
+			idle += c.drainFree()
 		case evWake:
 			look = true
+		}
+	}
+}
+
+// drainFree counts (and takes) the freed-worker events waiting in c.free.
+func (c *consumer) drainFree() int {
+	n := 0
+	for {
+		select {
+		case <-c.free:
+			n++
+		default:
+			return n
 		}
 	}
 }

@@ -419,15 +419,20 @@ func (q *Queue) Receive(ctx context.Context, max int, opts ...ReceiveOption) ([]
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
+	return messagesOf(dms), nil
+}
+
+// messagesOf converts an engine's deliveries; nil for none.
+func messagesOf(dms []driver.Message) []Message {
 	if len(dms) == 0 {
-		return nil, nil
+		return nil
 	}
 	msgs := make([]Message, len(dms))
 	for i, m := range dms {
 		msgs[i] = Message{ID: m.ID, ReceiptHandle: m.ReceiptHandle, Attempt: m.Attempt,
 			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt}
 	}
-	return msgs, nil
+	return msgs
 }
 
 // Ack deletes the message the receipt was issued for. A receipt that this

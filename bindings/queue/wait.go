@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // DefaultPollInterval is the fallback poll of ReceiveWait and Consume: how
@@ -37,7 +38,8 @@ func pollWait(d time.Duration) time.Duration {
 // of 0 is one Receive.
 //
 // It looks at the queue again as soon as any of these happens (on the
-// SQLite engine; another engine brings its own wake-up signal): a Send or
+// SQLite engine; an engine whose server can hold a receive open,
+// driver.WaitReceiver such as JetStream's, waits there instead): a Send or
 // Nack on the same store by any handle of this process; a hint on the NATS
 // subject of WithHints (a send in another process, or localcloud up noticing
 // a foreign writer, an expired lease or a delayed message coming due); the
@@ -52,6 +54,20 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 	}
 	if wait == 0 {
 		return q.Receive(ctx, max, opts...)
+	}
+	if wr, ok := q.drv.(driver.WaitReceiver); ok {
+		ro := receiveOptions{visibility: q.visibility}
+		for _, fn := range opts {
+			fn(&ro)
+		}
+		if max < 1 || max > MaxReceiveBatch {
+			return nil, bindings.Errorf(bindings.CodeInvalidInput,
+				"max: must be between 1 and %d, got %d", MaxReceiveBatch, max)
+		}
+		if err := validVisibility("visibility", ro.visibility); err != nil {
+			return nil, err
+		}
+		return q.serverWait(ctx, wr, max, ro.visibility, wait)
 	}
 	end := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
@@ -81,6 +97,31 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, wait time.Duration, op
 			return nil, err
 		}
 	}
+}
+
+// serverWait is a receive that waits on the engine's server (WaitReceiver)
+// up to wait, given up when ctx ends or the handle is closed. When ctx
+// ends it returns ctx.Err() and has claimed nothing.
+func (q *Queue) serverWait(ctx context.Context, wr driver.WaitReceiver, max int, visibility, wait time.Duration) ([]Message, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-q.drv.Done():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	q.waiting.Add(1)
+	dms, err := wr.ReceiveWait(wctx, max, visibility, wait)
+	q.waiting.Add(-1)
+	if err != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, opErr(err, "receive")
+	}
+	return messagesOf(dms), nil
 }
 
 // wakeAt returns when a waiter that found nothing due at before should look

@@ -11,7 +11,8 @@
 // owns: storage, order, leases, receipts (their form is the engine's: the
 // SQLite engine's "{id}:{uuid}", another engine may carry a lease deadline
 // in them), attempts, delays, dead letters, peek and stats without
-// consuming, and its wake-up signal (WaitChans, NextDue).
+// consuming, and its wake-up signal (WaitChans, NextDue, or a server-side
+// wait: WaitReceiver).
 //
 // The contract an engine must meet is the queue package's documentation and
 // the queuetest suite: FIFO by send time among due messages, a receive
@@ -226,6 +227,21 @@ type DedupSender interface {
 	// after the first. Checking and adding are one commit, so concurrent
 	// senders of one key add it once.
 	SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) (dup []bool, err error)
+}
+
+// WaitReceiver is implemented by an engine whose server can hold a receive
+// open until a message is due (on JetStream, a pull request with an
+// expiry, which the server answers when a message arrives). ReceiveWait
+// and Consume use it, when the engine has it, instead of WaitChans,
+// NextDue and the fallback poll.
+type WaitReceiver interface {
+	// ReceiveWait is Receive that, when nothing is due, waits up to wait
+	// for a message to become due (sent, nacked, its lease or its delay
+	// ended, by any handle or process) and claims it then; an empty slice
+	// when wait passed with nothing due. When ctx ends while it waits, it
+	// returns ctx.Err() and hands out nothing: a message the server
+	// delivers to the abandoned wait is released at once.
+	ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]Message, error)
 }
 
 // Stats are a queue's counts at one moment.

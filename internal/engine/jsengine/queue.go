@@ -905,7 +905,8 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 }
 
 // WaitChans: local is closed by this handle's sends and nacks; there is no
-// remote signal yet (Consume falls back to its poll).
+// remote signal: ReceiveWait and Consume wait on the server instead
+// (ReceiveWait in wait.go, driver.WaitReceiver).
 func (q *jsQueue) WaitChans() (local, remote <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

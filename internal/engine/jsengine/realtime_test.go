@@ -287,14 +287,52 @@ func TestQueueBatchAndPurge(t *testing.T) {
 	}
 }
 
-// TestQueueRefusesDeadLetters: dead letters are not built yet, so a policy
-// is refused at Open rather than silently ignored.
-func TestQueueRefusesDeadLetters(t *testing.T) {
+// TestQueueDeadLetterProvisioning: a policy provisions its dead-letter
+// queue (stream marked as one), the streams keep msg-ids for the move
+// retries (Duplicates window), and the source's consumer has no delivery
+// limit (moves never rely on MaxDeliver's advisory). It replaces the test
+// that Open refused a policy, from before dead letters existed.
+func TestQueueDeadLetterProvisioning(t *testing.T) {
 	t.Parallel()
-	_, err := queue.OpenEngine(bg, jsengine.Queue{Conn: connect(t)}, freshName("dl"),
-		queue.WithDeadLetter(3, freshName("dlq")))
-	if err == nil || !strings.Contains(err.Error(), "maxAttempts 3") {
-		t.Fatalf("Open with a dead-letter policy = %v; want a refusal naming maxAttempts", err)
+	nc := connect(t)
+	name, dlq := freshName("dl"), freshName("dlq")
+	q, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{name, dlq} {
+		st, err := js.Stream(bg, "LCQ_"+s)
+		if err != nil {
+			t.Fatalf("stream of %s: %v", s, err)
+		}
+		info, err := st.Info(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Duplicates < time.Hour {
+			t.Errorf("stream of %s: Duplicates %s; want at least 1h (a move retried after a crash)", s, info.Config.Duplicates)
+		}
+		if marked := info.Config.Metadata["lc-dead-letter-queue"] != ""; marked != (s == dlq) {
+			t.Errorf("stream of %s: marked as a dead-letter queue %v; want %v", s, marked, s == dlq)
+		}
+		c, err := st.Consumer(bg, "lc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci, err := c.Info(bg); err != nil || ci.Config.MaxDeliver != -1 {
+			t.Fatalf("consumer of %s: %+v, %v; want MaxDeliver -1", s, ci, err)
+		}
+	}
+	for _, bad := range []string{"", name, "no.dots"} {
+		_, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, bad))
+		if !errors.Is(err, bindings.ErrInvalidInput) || !strings.Contains(err.Error(), "dead-letter queue") {
+			t.Errorf("Open with dead-letter queue %q = %v; want INVALID_INPUT naming the dead-letter queue", bad, err)
+		}
 	}
 }
 
