@@ -164,3 +164,53 @@ func TestMoveCrashNoDuplicate(t *testing.T) {
 		t.Fatalf("receive after the redrive = %+v, %v; want the poison, attempt 1", got, err)
 	}
 }
+
+// TestConsumeMovesSpentToDeadLetters: a Consume whose handler always fails
+// (waiting on the server between deliveries) hands the message out
+// maxAttempts times, and the delivery after that is moved, not handled.
+func TestConsumeMovesSpentToDeadLetters(t *testing.T) {
+	name, dlqName := freshName("cdl"), freshName("cdlq")
+	q := openOn(t, name, queue.WithBindingName("orders"), queue.WithDeadLetter(2, dlqName),
+		queue.WithRetryDelay(time.Millisecond))
+	dlq := openOn(t, dlqName)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := make(chan int, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(ctx, func(_ context.Context, m queue.Message) error {
+			calls <- m.Attempt
+			return errors.New("always fails")
+		}, queue.ConsumeWorkers(1), queue.ConsumePollInterval(longPoll))
+	}()
+	if err := q.Send(context.Background(), queue.Text("poison")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for total(t, dlq) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the message is not in the DLQ 10 s after its send")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(calls)
+	var attempts []int
+	for a := range calls {
+		attempts = append(attempts, a)
+	}
+	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 {
+		t.Fatalf("handler saw attempts %v; want [1 2]", attempts)
+	}
+	if n := total(t, q); n != 0 {
+		t.Fatalf("queue holds %d messages; want 0", n)
+	}
+	p, err := dlq.Peek(context.Background(), 10)
+	if err != nil || len(p) != 1 || p[0].Origin == nil || p[0].Origin.Attempts != 2 || p[0].Origin.Binding != "orders" ||
+		p[0].Origin.LastReceipt == "" {
+		t.Fatalf("DLQ peek = %+v, %v; want the poison from orders after 2 attempts, with its last receipt", p, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,21 +20,33 @@ const longPoll = time.Minute
 // wakeBound is the longest a wake-up may take in the tests.
 const wakeBound = time.Second
 
-// openOn opens the queue name on a connection of its own.
+// openOn opens the queue name on a connection of its own to the single
+// node, with the long fallback poll.
 func openOn(t testing.TB, name string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	nc, err := natsConnect(node.url)
+	return openOnURL(t, node.url, 1, name, opts...)
+}
+
+func openOnURL(t testing.TB, url string, replicas int, name string, opts ...queue.Option) *queue.Queue {
+	t.Helper()
+	nc, err := natsConnect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	q, err := queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, name,
-		append([]queue.Option{queue.WithPollInterval(longPoll)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(20 * time.Second) // a cluster may still settle
+	for {
+		q, err := queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: replicas}, name,
+			append([]queue.Option{queue.WithPollInterval(longPoll)}, opts...)...)
+		if err == nil {
+			t.Cleanup(func() { _ = q.Close() })
+			return q
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	t.Cleanup(func() { _ = q.Close() })
-	return q
 }
 
 // TestConsumeWakesOnOtherConnection: a Consume idle on one connection
@@ -42,7 +55,21 @@ func openOn(t testing.TB, name string, opts ...queue.Option) *queue.Queue {
 // pending pull request.
 func TestConsumeWakesOnOtherConnection(t *testing.T) {
 	name := freshName("wake")
-	consumer, sender := openOn(t, name), openOn(t, name)
+	testConsumeWakes(t, openOn(t, name), openOn(t, name))
+}
+
+// TestConsumeWakesOnOtherConnectionCluster is the same on an R3 queue of
+// the 3-node cluster, the two connections on different nodes.
+func TestConsumeWakesOnOtherConnectionCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster")
+	}
+	urls := strings.Split(startCluster(t), ",")
+	name := freshName("cwake")
+	testConsumeWakes(t, openOnURL(t, urls[0], 3, name), openOnURL(t, urls[2], 3, name))
+}
+
+func testConsumeWakes(t *testing.T, consumer, sender *queue.Queue) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan time.Time, 10)
