@@ -168,7 +168,10 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // wake-ups of ReceiveWait: a Send or Nack in this process, a NATS hint, the
 // earliest future visible_at so a dead consumer's lease is re-offered the
 // moment it ends, the jittered fallback poll), and when a worker frees up
-// after a claim that came back full. Each claim takes at most as many
+// after a claim that came back full. On an engine whose server can hold a
+// claim open (driver.WaitReceiver, the JetStream engine) an idle Consume
+// waits in that claim instead, renewed every poll interval, and wakes when
+// the server hands it a message. Each claim takes at most as many
 // messages as there are idle workers, so nothing it claims waits for a
 // worker while its lease runs. Between wake-ups it does not poll the store,
 // so an idle consumer uses no CPU.
