@@ -121,17 +121,16 @@ func (e Queue) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg 
 	return dl, nil
 }
 
-// ensureQueue provisions the queue name (its stream and consumer, as Open
-// does) and, if mark, marks its stream as a dead-letter queue.
+// ensureQueue provisions the queue name, the destination of moves (its
+// stream and consumer, as Open does), raises its stream's Duplicates window
+// to queueDupWindow if it is shorter (a stream created before the window
+// was set) and, if mark, marks the stream as a dead-letter queue.
 func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name string, mark bool) error {
 	h, err := e.Open(ctx, driver.Config{Location: name, Clock: time.Now, Logger: slog.Default()})
 	if err != nil {
 		return err
 	}
 	_ = h.Close()
-	if !mark {
-		return nil
-	}
 	st, err := js.Stream(ctx, "LCQ_"+name)
 	if err != nil {
 		return err
@@ -140,17 +139,21 @@ func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name str
 	if err != nil {
 		return err
 	}
-	if info.Config.Metadata[metaDeadLetters] != "" {
+	marked := info.Config.Metadata[metaDeadLetters] != ""
+	if (marked || !mark) && info.Config.Duplicates >= queueDupWindow {
 		return nil
 	}
 	c := info.Config
-	c.Metadata = map[string]string{}
-	for k, v := range info.Config.Metadata {
-		c.Metadata[k] = v
+	c.Duplicates = max(c.Duplicates, queueDupWindow)
+	if mark {
+		c.Metadata = map[string]string{}
+		for k, v := range info.Config.Metadata {
+			c.Metadata[k] = v
+		}
+		c.Metadata[metaDeadLetters] = "true"
 	}
-	c.Metadata[metaDeadLetters] = "true"
 	if _, err := js.UpdateStream(ctx, c); err != nil {
-		return fmt.Errorf("mark stream %q as a dead-letter queue: %w", c.Name, err)
+		return fmt.Errorf("update stream %q as a destination of moves: %w", c.Name, err)
 	}
 	return nil
 }

@@ -328,6 +328,35 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 			t.Fatalf("consumer of %s: %+v, %v; want MaxDeliver -1", s, ci, err)
 		}
 	}
+	// A dead-letter queue whose stream has a shorter window (made before
+	// the window was set) gets it raised by the next Open with a policy.
+	old := freshName("dlqold")
+	oq, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oq.Close()
+	ost, err := js.Stream(bg, "LCQ_"+old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oinfo, err := ost.Info(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := oinfo.Config
+	oc.Duplicates = 2 * time.Minute
+	if _, err := js.UpdateStream(bg, oc); err != nil {
+		t.Fatal(err)
+	}
+	q2, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, freshName("dl"), queue.WithDeadLetter(3, old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if oinfo, err = ost.Info(bg); err != nil || oinfo.Config.Duplicates < time.Hour || oinfo.Config.Metadata["lc-dead-letter-queue"] == "" {
+		t.Fatalf("older dead-letter stream after Open with a policy: %+v, %v; want Duplicates >= 1h and the mark", oinfo.Config, err)
+	}
 	for _, bad := range []string{"", name, "no.dots"} {
 		_, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, bad))
 		if !errors.Is(err, bindings.ErrInvalidInput) || !strings.Contains(err.Error(), "dead-letter queue") {

@@ -190,3 +190,26 @@ func BenchmarkWakeLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
 }
+
+// TestConsumeStopsOnClose: closing the handle under a Consume waiting on
+// the server ends the Consume with an error, promptly.
+func TestConsumeStopsOnClose(t *testing.T) {
+	q := openOn(t, freshName("wclose"))
+	done := make(chan error, 1)
+	go func() {
+		done <- q.Consume(context.Background(), func(context.Context, queue.Message) error { return nil },
+			queue.ConsumePollInterval(longPoll))
+	}()
+	time.Sleep(300 * time.Millisecond) // waiting on the server
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Consume returned nil after Close; want the closed error")
+		}
+	case <-time.After(wakeBound):
+		t.Fatalf("Consume still running %s after Close", wakeBound)
+	}
+}
