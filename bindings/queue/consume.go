@@ -282,21 +282,26 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			k := min(c.o.batch, idle)
 			msgs, err := q.serverWait(ctx, wr, k, c.o.visibility, c.o.poll)
 			switch {
-			case ctx.Err() != nil:
-				return nil
-			case err != nil && q.isClosed():
-				return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
-			case err != nil:
-				backoff = min(max(2*backoff, minErrorBackoff), c.o.poll)
-				c.o.log.Warn("consume: claim failed; retrying", logKeyStore, q.Path(), logKeyErr, err, logKeyRetryIn, backoff)
-				wakeAt = time.Now().Add(backoff) // the wait below, on its timer
-			default:
+			case err == nil:
+				// Claimed messages are handled even if ctx ended meanwhile:
+				// the workers settle them before Consume returns.
 				for _, m := range msgs {
 					idle--
 					c.jobs <- m // never blocks: one slot per worker
 				}
+				if ctx.Err() != nil {
+					return nil
+				}
 				look = len(msgs) == k // full: there may be more
 				continue
+			case ctx.Err() != nil:
+				return nil
+			case q.isClosed():
+				return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+			default:
+				backoff = min(max(2*backoff, minErrorBackoff), c.o.poll)
+				c.o.log.Warn("consume: claim failed; retrying", logKeyStore, q.Path(), logKeyErr, err, logKeyRetryIn, backoff)
+				wakeAt = time.Now().Add(backoff) // the wait below, on its timer
 			}
 		}
 		var lc, hc <-chan struct{}
