@@ -354,7 +354,9 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			rb.Stream, rb.Replicas = StreamName(b), b.Replicas
 		}
 		if b.Type == config.TypeQueue {
-			rb.Subject = config.Subject(s.stack.Name, b.Name)
+			if b.Engine != config.EngineJetStream { // JetStream wakes consumers itself
+				rb.Subject = config.Subject(s.stack.Name, b.Name)
+			}
 			rb.VisibilityTimeout = b.VisibilityTimeout.String()
 			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
