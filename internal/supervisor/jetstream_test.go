@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -179,4 +180,25 @@ func startExternal(t *testing.T, token string) string {
 		t.Fatal("server not ready")
 	}
 	return srv.ClientURL()
+}
+
+// TestJetStreamReloadNeedsRestart: a reload that would need another
+// embedded server (JetStream turned on, or a sync per write) is refused
+// and the last good stack keeps being served.
+func TestJetStreamReloadNeedsRestart(t *testing.T) {
+	t.Parallel()
+	s, file, _ := start(t, stackText("  carts:\n    type: kv"), Options{NoWatch: true})
+	writeFile(t, file, stackText("  carts:\n    type: kv", "  orders:\n    type: queue\n    engine: jetstream"))
+	if _, err := s.Reload(ctx, "test"); !errors.Is(err, ErrNeedsRestart) {
+		t.Fatalf("reload adding the first jetstream binding: %v, want ErrNeedsRestart", err)
+	}
+	if _, ok := s.Queue("orders"); ok {
+		t.Error("orders served after a refused reload")
+	}
+
+	s, file, _ = start(t, stackText("  orders:\n    type: queue\n    engine: jetstream"), Options{NoWatch: true})
+	writeFile(t, file, stackText("  orders:\n    type: queue\n    engine: jetstream\n    durability: full"))
+	if _, err := s.Reload(ctx, "test"); !errors.Is(err, ErrNeedsRestart) {
+		t.Fatalf("reload asking for durability full: %v, want ErrNeedsRestart", err)
+	}
 }
