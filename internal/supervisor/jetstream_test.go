@@ -202,3 +202,31 @@ func TestJetStreamReloadNeedsRestart(t *testing.T) {
 		t.Fatalf("reload asking for durability full: %v, want ErrNeedsRestart", err)
 	}
 }
+
+// TestJetStreamReloadOntoAContradictingStream: a binding added by a reload
+// whose stream exists with other settings fails the reload, naming the
+// binding in the error and in runtime.json; the last good stack stays.
+func TestJetStreamReloadOntoAContradictingStream(t *testing.T) {
+	t.Parallel()
+	s, file, _ := start(t, stackText("  carts:\n    type: kv\n    engine: jetstream"), Options{NoWatch: true})
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LCQ_orders", Subjects: []string{"elsewhere"}}); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, file, stackText("  carts:\n    type: kv\n    engine: jetstream", "  orders:\n    type: queue\n    engine: jetstream"))
+	_, err = s.Reload(ctx, "test")
+	if err == nil || !strings.Contains(err.Error(), "binding orders") || !strings.Contains(err.Error(), "other settings") {
+		t.Fatalf("reload onto a contradicting stream: %v", err)
+	}
+	if rt := s.Runtime(); !strings.Contains(rt.LastReloadError, "orders") {
+		t.Errorf("runtime.json lastReloadError %q does not name orders", rt.LastReloadError)
+	}
+	if _, ok := s.KV("carts"); !ok {
+		t.Error("carts no longer served after the failed reload")
+	}
+}
