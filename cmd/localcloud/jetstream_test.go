@@ -54,3 +54,14 @@ bindings:
 		}
 	}
 }
+
+// TestAsyncAPILeavesOutJetStreamQueues: a jetstream queue gets no hint
+// channel (JetStream wakes its consumers itself).
+func TestAsyncAPILeavesOutJetStreamQueues(t *testing.T) {
+	t.Parallel()
+	stack := writeStack(t, "version: 1\nname: shop\nbindings:\n  jobs: {type: queue}\n  orders: {type: queue, engine: jetstream}\n")
+	code, stdout, stderr := runApp(t, nil, "asyncapi", "-f", stack, "--json")
+	if code != 0 || !strings.Contains(stdout, "localcloud.shop.jobs.available") || strings.Contains(stdout, "localcloud.shop.orders.available") {
+		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+}
