@@ -40,3 +40,26 @@ bindings:
 		t.Fatal(err)
 	}
 }
+
+// TestStartJetStreamWithNotifyToken: with notify.token the embedded server
+// asks every client for it; a jetstream binding's JSON names the variable
+// that holds it (LOCALCLOUD_NATS_TOKEN), never the token.
+func TestStartJetStreamWithNotifyToken(t *testing.T) {
+	if _, set := os.LookupEnv("LOCALCLOUD_STACK_NAME"); set {
+		t.Skip("LOCALCLOUD_STACK_NAME is set in this environment")
+	}
+	t.Setenv("LC_TEST_HINT_TOKEN", "hint-s3cret")
+	s := localcloudtest.Start(t, writeStack(t, `version: 1
+name: shop
+notify: {listen: "127.0.0.1:0", token: "${LC_TEST_HINT_TOKEN}"}
+bindings:
+  carts: {type: kv, engine: jetstream}
+`))
+	env := s.Env()["LOCALCLOUD_BINDING_CARTS"]
+	if !strings.Contains(env, `"tokenEnv":"LOCALCLOUD_NATS_TOKEN"`) || strings.Contains(env, "hint-s3cret") {
+		t.Fatalf("binding JSON %s", env)
+	}
+	if _, err := s.KV("carts").Put(t.Context(), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+}
