@@ -307,6 +307,10 @@ func joinErrors(errs []error) error {
 	return errors.Join(out...)
 }
 
+// JetStream reports whether the embedded server runs JetStream and whether
+// its file store syncs every write.
+func (s *Supervisor) JetStream() (on, syncAlways bool) { return s.jsOn, s.jsSync }
+
 // URL returns the NATS URL clients connect to.
 func (s *Supervisor) URL() string { return s.nats.URL() }
 
