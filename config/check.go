@@ -68,6 +68,7 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 			}
 		}
 		p.checkOverlaps(r.bindings, real)
+		p.checkJetStreamDir(s, r.bindings, real)
 	}
 
 	s.Bindings = make([]Binding, 0, len(r.bindings))
@@ -297,6 +298,37 @@ func (p *parser) checkJetStream(r *rawJetStream, dir string) JetStream {
 		}
 	}
 	return j
+}
+
+// JetStreamDir is the folder under dataDir where up's embedded server keeps
+// JetStream's data.
+const JetStreamDir = "jetstream"
+
+// checkJetStreamDir refuses a sqlite binding whose folder is, holds or
+// lies inside <dataDir>/jetstream when up's embedded server will keep
+// JetStream's data there.
+func (p *parser) checkJetStreamDir(s *Stack, bindings []*rawBinding, real map[*rawBinding]string) {
+	embedded := !s.JetStream.External()
+	used := false
+	for _, rb := range bindings {
+		used = used || rb.b.Engine == EngineJetStream
+	}
+	if !embedded || !used {
+		return
+	}
+	js := filepath.Join(s.DataDir, JetStreamDir)
+	for _, rb := range bindings {
+		if _, ok := real[rb]; !ok {
+			continue
+		}
+		if inside(js, rb.b.Path) || inside(rb.b.Path, js) {
+			n := rb.pathNode
+			if n == nil {
+				n = rb.key
+			}
+			p.addf(n, bindingField(rb.b.Name, "path"), "folder %s overlaps %s, where up's embedded server keeps JetStream's data; choose another path", rb.b.Path, js)
+		}
+	}
 }
 
 // checkEngine applies a binding's engine and replicas defaults and checks

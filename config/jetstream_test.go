@@ -103,3 +103,20 @@ func TestJetStreamBindingMistakes(t *testing.T) {
 		t.Errorf("literal token: %v (must not show the value)", err)
 	}
 }
+
+// TestJetStreamDirIsReserved: with up's embedded JetStream in use, no
+// sqlite binding may share, hold or sit inside <dataDir>/jetstream.
+func TestJetStreamDirIsReserved(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"jetstream", "jetstream/x"} {
+		src := "version: 1\nname: shop\nbindings:\n  a: {type: kv, engine: jetstream}\n  b: {type: kv, path: " + p + "}\n"
+		_, err := parseIn(t, dir, src)
+		if err == nil || !strings.Contains(err.Error(), "bindings.b.path") || !strings.Contains(err.Error(), "JetStream") {
+			t.Errorf("path %s: %v", p, err)
+		}
+	}
+	// Without a jetstream binding the folder is free, as before.
+	if _, err := parseIn(t, dir, "version: 1\nname: shop\nbindings:\n  b: {type: kv, path: jetstream}\n"); err != nil {
+		t.Error(err)
+	}
+}

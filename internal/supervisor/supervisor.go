@@ -218,8 +218,8 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 }
 
 // JetStreamDir is the folder under dataDir where up's embedded server
-// keeps JetStream's data.
-const JetStreamDir = "jetstream"
+// keeps JetStream's data (config keeps sqlite bindings out of it).
+const JetStreamDir = config.JetStreamDir
 
 // embeddedJetStream says whether the embedded server must run JetStream
 // for st (a jetstream binding and no jetstream.servers) and whether its
