@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -43,9 +44,13 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 		p.checkExplorerListen(r.explorerNode, s.Explorer.Listen)
 	}
 
+	s.JetStream = p.checkJetStream(&r.js, dir)
 	byName := make(map[string]*rawBinding, len(r.bindings))
 	for _, rb := range r.bindings {
 		byName[rb.b.Name] = rb
+	}
+	for _, rb := range r.bindings {
+		p.checkEngine(rb, s.JetStream.External())
 	}
 	for _, rb := range r.bindings {
 		p.checkSettings(rb, byName)
@@ -55,11 +60,15 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	if realData, ok := p.checkDataDir(s, r); ok {
 		real := make(map[*rawBinding]string)
 		for _, rb := range r.bindings {
+			if rb.b.Engine == EngineJetStream {
+				continue // no folder
+			}
 			if rp, ok := p.checkPath(s, rb, realData); ok {
 				real[rb] = rp
 			}
 		}
 		p.checkOverlaps(r.bindings, real)
+		p.checkJetStreamDir(s, r.bindings, real)
 	}
 
 	s.Bindings = make([]Binding, 0, len(r.bindings))
@@ -206,6 +215,152 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 		p.addf(rb.dlNode, field, "must name a queue binding of this stack, got %q (queue bindings: %s)", dl, queueNames(byName, b.Name))
 	case target.typeOK && target.b.Type != TypeQueue:
 		p.addf(rb.dlNode, field, "must name a queue binding, got %s, a %s binding", dl, target.b.Type)
+	case engineOf(target) != engineOf(rb):
+		p.addf(rb.dlNode, field, "%s uses engine %s but its dead-letter queue %s uses engine %s; a dead-letter pair must be on one engine",
+			b.Name, engineOf(rb), dl, engineOf(target))
+	}
+}
+
+// checkJetStream checks the jetstream section and resolves its file paths
+// against dir, the stack file's folder.
+func (p *parser) checkJetStream(r *rawJetStream, dir string) JetStream {
+	j := JetStream{TokenEnv: r.tokenEnv}
+	if r.serversNode != nil && len(r.servers) == 0 && len(r.serverNodes) == len(deref(r.serversNode).Content) {
+		p.addf(r.serversNode, "jetstream.servers", "must list at least one nats:// or tls:// URL; leave jetstream out for up's embedded server")
+	}
+	for i, srv := range r.servers {
+		field := fmt.Sprintf("jetstream.servers[%d]", i)
+		u, err := url.Parse(strings.TrimSpace(srv))
+		switch {
+		case err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.Hostname() == "":
+			p.addf(r.serverNodes[i], field, "must be a nats:// or tls:// URL with a host, such as nats://nats-1.internal:4222, got %q", srv)
+			continue
+		case u.User != nil:
+			p.addf(r.serverNodes[i], field, "must not carry a user or password (the stack file is committed to git); use jetstream.token: ${VAR} or jetstream.creds")
+			continue
+		case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+			p.addf(r.serverNodes[i], field, "must be scheme://host:port without a path or query, got %q", srv)
+			continue
+		}
+		if port := u.Port(); port != "" && !validPort(port) {
+			p.addf(r.serverNodes[i], field, "port must be between 1 and 65535, got %q", port)
+			continue
+		}
+		j.Servers = append(j.Servers, u.Scheme+"://"+u.Host)
+	}
+	for i, f := range r.files {
+		n := r.fileNodes[i]
+		if n == nil {
+			continue
+		}
+		var abs string
+		switch {
+		case f == "":
+			p.addf(n, fileFields[i], "must not be empty; leave it out for none")
+			continue
+		case hasTilde(f):
+			p.addf(n, fileFields[i], "~ is not expanded, got %q; write ${HOME}%s", f, f[1:])
+			continue
+		case strings.ContainsRune(f, 0):
+			p.addf(n, fileFields[i], "must not contain a NUL byte, got %q", f)
+			continue
+		case filepath.IsAbs(f):
+			abs = filepath.Clean(f)
+		default:
+			abs = filepath.Join(dir, f)
+		}
+		switch i {
+		case 0:
+			j.Creds = abs
+		case 1:
+			j.TLS.CA = abs
+		case 2:
+			j.TLS.Cert = abs
+		case 3:
+			j.TLS.Key = abs
+		}
+	}
+	if (r.fileNodes[2] == nil) != (r.fileNodes[3] == nil) {
+		n, field, other := r.fileNodes[2], fileFields[2], fileFields[3]
+		if n == nil {
+			n, field, other = r.fileNodes[3], fileFields[3], fileFields[2]
+		}
+		p.addf(n, field, "needs %s too: a client certificate and its key go together", other)
+	}
+	if len(r.servers) == 0 && r.serversNode == nil {
+		for _, x := range []struct {
+			n     *yaml.Node
+			field string
+		}{{r.tokenNode, "jetstream.token"}, {r.fileNodes[0], fileFields[0]}, {r.fileNodes[1], fileFields[1]}, {r.fileNodes[2], fileFields[2]}, {r.fileNodes[3], fileFields[3]}} {
+			if x.n != nil {
+				p.addf(x.n, x.field, "needs jetstream.servers: up's embedded server uses notify.token and no TLS")
+			}
+		}
+	}
+	return j
+}
+
+// JetStreamDir is the folder under dataDir where up's embedded server keeps
+// JetStream's data.
+const JetStreamDir = "jetstream"
+
+// checkJetStreamDir refuses a sqlite binding whose folder is, holds or
+// lies inside <dataDir>/jetstream when up's embedded server will keep
+// JetStream's data there.
+func (p *parser) checkJetStreamDir(s *Stack, bindings []*rawBinding, real map[*rawBinding]string) {
+	embedded := !s.JetStream.External()
+	used := false
+	for _, rb := range bindings {
+		used = used || rb.b.Engine == EngineJetStream
+	}
+	if !embedded || !used {
+		return
+	}
+	js := filepath.Join(s.DataDir, JetStreamDir)
+	for _, rb := range bindings {
+		if _, ok := real[rb]; !ok {
+			continue
+		}
+		if inside(js, rb.b.Path) || inside(rb.b.Path, js) {
+			n := rb.pathNode
+			if n == nil {
+				n = rb.key
+			}
+			p.addf(n, bindingField(rb.b.Name, "path"), "folder %s overlaps %s, where up's embedded server keeps JetStream's data; choose another path", rb.b.Path, js)
+		}
+	}
+}
+
+// checkEngine applies a binding's engine and replicas defaults and checks
+// what a jetstream binding may not have. external is whether the stack
+// names a cluster (jetstream.servers).
+func (p *parser) checkEngine(rb *rawBinding, external bool) {
+	b := &rb.b
+	if b.Engine == "" {
+		b.Engine = DefaultEngine // not listed in Defaulted: nearly every binding
+	}
+	if b.Engine != EngineJetStream {
+		if rb.replicasNode != nil {
+			p.addf(rb.replicasNode, bindingField(b.Name, "replicas"), "only jetstream bindings have replicas; %s uses engine %s", b.Name, b.Engine)
+		}
+		b.Replicas = 0
+		return
+	}
+	if rb.pathNode != nil {
+		p.addf(rb.pathNode, bindingField(b.Name, "path"), "a jetstream binding has no folder (its data is in the stream); remove path or use engine: sqlite")
+		rb.pathNode, rb.path = nil, ""
+	}
+	switch {
+	case rb.replicasNode == nil:
+		b.Replicas = DefaultReplicasEmbedded
+		if external {
+			b.Replicas = DefaultReplicasCluster
+		}
+		rb.defaulted = append(rb.defaulted, "replicas")
+	case rb.replicasOK && (b.Replicas < ReplicasMin || b.Replicas > ReplicasMax):
+		p.addf(rb.replicasNode, bindingField(b.Name, "replicas"), "must be %s, got %d", replicasWhat, b.Replicas)
+	case rb.replicasOK && !external && b.Replicas > 1:
+		p.addf(rb.replicasNode, bindingField(b.Name, "replicas"), "must be 1 on up's embedded server (one node), got %d; set jetstream.servers to use a cluster", b.Replicas)
 	}
 }
 
@@ -274,6 +429,14 @@ func (p *parser) checkCycles(bindings []*rawBinding, byName map[string]*rawBindi
 			state[rb] = done
 		}
 	}
+}
+
+// engineOf is a binding's engine with the default applied.
+func engineOf(rb *rawBinding) string {
+	if rb.b.Engine == "" {
+		return DefaultEngine
+	}
+	return rb.b.Engine
 }
 
 func hasTilde(p string) bool {

@@ -44,6 +44,13 @@ const (
 	DefaultRetryDelay    = time.Second
 	DefaultMaxRetryDelay = 5 * time.Minute
 	DefaultDedupWindow   = 5 * time.Minute
+	// DefaultEngine is the engine of a binding that does not set one.
+	DefaultEngine = EngineSQLite
+	// DefaultReplicasEmbedded is a jetstream binding's replica count on
+	// up's embedded server (one node); DefaultReplicasCluster with
+	// jetstream.servers (a cluster of, usually, three nodes).
+	DefaultReplicasEmbedded = 1
+	DefaultReplicasCluster  = 3
 )
 
 // Limits checked by [Parse] and [Load].
@@ -63,6 +70,10 @@ const (
 	// DedupWindowMin and DedupWindowMax bound dedupWindow.
 	DedupWindowMin = time.Millisecond
 	DedupWindowMax = 7 * 24 * time.Hour
+	// ReplicasMin and ReplicasMax bound a jetstream binding's replicas
+	// (JetStream's own limit is 5).
+	ReplicasMin = 1
+	ReplicasMax = 5
 	// MaxNameLength is the longest stack or binding name. Names match
 	// [a-z][a-z0-9-]{0,62}: they appear in NATS subjects and directory names.
 	MaxNameLength = 63
@@ -101,6 +112,16 @@ const (
 	DurabilityFull = "full"
 )
 
+// Engines a binding may run on.
+const (
+	// EngineSQLite keeps the binding in a SQLite file of the localkv.v1 /
+	// localqueue.v1 format under dataDir.
+	EngineSQLite = "sqlite"
+	// EngineJetStream keeps the binding in a NATS JetStream stream: on up's
+	// embedded server, or on the cluster jetstream.servers names.
+	EngineJetStream = "jetstream"
+)
+
 // Stack is a checked stack file with every default applied.
 type Stack struct {
 	// Version is the stack file version; always [Version].
@@ -120,6 +141,9 @@ type Stack struct {
 	Notify Notify
 	// Explorer configures the web explorer that up serves.
 	Explorer Explorer
+	// JetStream says where jetstream bindings live; its zero value means
+	// up's embedded server.
+	JetStream JetStream
 	// Bindings lists the bindings sorted by name.
 	Bindings []Binding
 	// Defaulted lists the fields the file left out and that took their
@@ -138,6 +162,51 @@ type Notify struct {
 	// Token is the NATS authorization token; "" for none. Required when the
 	// host of Listen is not a loopback address.
 	Token string
+}
+
+// JetStream is the stack file's optional jetstream section: the NATS
+// cluster that jetstream bindings use instead of up's embedded server. It
+// holds no secret: the token is kept by the name of the variable that
+// holds it, creds and TLS files by their paths.
+type JetStream struct {
+	// Servers are nats:// or tls:// URLs of the cluster; empty for up's
+	// embedded server.
+	Servers []string
+	// TokenEnv names the environment variable that holds the cluster's
+	// token (the stack file says token: ${NAME}); "" for none.
+	TokenEnv string
+	// Creds is the absolute path of a NATS credentials file; "" for none.
+	Creds string
+	// TLS holds the absolute paths of the TLS files; each "" when not set.
+	TLS TLS
+}
+
+// TLS are the files of a TLS connection to a JetStream cluster.
+type TLS struct {
+	// CA is a PEM file of the certificate authorities to trust.
+	CA string
+	// Cert and Key are the client's certificate and key, both or neither.
+	Cert, Key string
+}
+
+// External reports whether the stack names a cluster of its own
+// (jetstream.servers); false means up's embedded server.
+func (j *JetStream) External() bool { return len(j.Servers) > 0 }
+
+// Equal reports whether j and o say the same.
+func (j JetStream) Equal(o JetStream) bool {
+	return strings.Join(j.Servers, "\n") == strings.Join(o.Servers, "\n") && j.TokenEnv == o.TokenEnv &&
+		j.Creds == o.Creds && j.TLS == o.TLS
+}
+
+// UsesJetStream reports whether any binding has engine jetstream.
+func (s *Stack) UsesJetStream() bool {
+	for _, b := range s.Bindings {
+		if b.Engine == EngineJetStream {
+			return true
+		}
+	}
+	return false
 }
 
 // Explorer configures the web explorer: pages and a JSON API, on loopback
@@ -164,8 +233,16 @@ type Binding struct {
 	Name string
 	// Type is [TypeKV] or [TypeQueue].
 	Type Type
+	// Engine is [EngineSQLite] or [EngineJetStream]. Defaults to
+	// [DefaultEngine].
+	Engine string
+	// Replicas is a jetstream binding's replica count, 1..5; 0 for a
+	// sqlite binding. Defaults to [DefaultReplicasEmbedded] on up's
+	// embedded server and [DefaultReplicasCluster] with jetstream.servers.
+	Replicas int
 	// Path is the absolute, cleaned directory of the binding's store.
-	// Defaults to <DataDir>/<Type>/<Name>.
+	// Defaults to <DataDir>/<Type>/<Name>. "" for a jetstream binding,
+	// which has no folder.
 	Path string
 	// AbsolutePathGiven reports that the stack file gave an absolute path,
 	// which may lie outside DataDir.

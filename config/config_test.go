@@ -47,12 +47,14 @@ func TestParseAppliesDefaults(t *testing.T) {
 	want := []config.Binding{{
 		Name:       "carts",
 		Type:       config.TypeKV,
+		Engine:     config.EngineSQLite,
 		Path:       filepath.Join(data, "kv", "carts"),
 		Durability: config.DefaultDurability,
 		Line:       6,
 	}, {
 		Name:              "orders",
 		Type:              config.TypeQueue,
+		Engine:            config.EngineSQLite,
 		Path:              filepath.Join(data, "queue", "orders"),
 		VisibilityTimeout: config.DefaultVisibilityTimeout,
 		Durability:        config.DefaultDurability,
@@ -355,7 +357,7 @@ func TestParseListen(t *testing.T) {
 func TestParseStructure(t *testing.T) {
 	t.Parallel()
 	runRules(t, []ruleCase{
-		{name: "unknown top field", src: "version: 1\nname: shop\nservices: {}\n", want: []string{"3:1: services: unknown field; expected one of version, name, dataDir, notify, explorer, bindings"}},
+		{name: "unknown top field", src: "version: 1\nname: shop\nservices: {}\n", want: []string{"3:1: services: unknown field; expected one of version, name, dataDir, notify, explorer, jetstream, bindings"}},
 		{name: "misspelt top field", src: "version: 1\nname: shop\nbinding: {}\n", want: []string{"3:1: binding: unknown field; did you mean bindings?"}},
 		{name: "unknown field close to a known one", src: queueWith("visibility_timeout", "30s"), want: []string{"6:5: bindings.orders.visibility_timeout: unknown field; did you mean visibilityTimeout?"}},
 		{name: "wrong case", src: "version: 1\nname: shop\ndatadir: x\n", want: []string{"3:1: datadir: unknown field; did you mean dataDir?"}},

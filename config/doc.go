@@ -20,6 +20,28 @@
 //	  orders-dlq:
 //	    type: queue
 //
+// # Engines
+//
+// A binding runs on engine sqlite (the default: a SQLite file under
+// dataDir) or jetstream (a NATS JetStream stream; no path, which is
+// refused). A jetstream binding may set replicas, 1..5: 1 by default, and
+// the only value, on up's embedded server; 3 by default on the cluster an
+// optional top-level section names:
+//
+//	jetstream:
+//	  servers: [nats://nats-1.internal:4222, tls://nats-2.internal:4222]
+//	  token: ${NATS_TOKEN}     # only this form: the variable's name is kept
+//	  creds: secrets/app.creds # relative to the stack file's folder
+//	  tls: {ca: ca.pem, cert: client.pem, key: client-key.pem}
+//
+// A literal token is refused, as the stack file is committed to git;
+// [JetStream.TokenEnv] keeps the variable's name and nothing keeps its
+// value, so no secret reaches runtime.json, health or env output. The
+// variable is read when a connection is made (up, FromEnv), not here.
+// servers must be nats:// or tls:// URLs without a user or password;
+// token, creds and tls need servers. A dead-letter pair must be on one
+// engine.
+//
 // # Reading
 //
 // [Load] reads a file; [Parse] reads from any [io.Reader]. Both walk the

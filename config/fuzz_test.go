@@ -48,6 +48,8 @@ func FuzzParse(f *testing.F) {
 		"version: 1\nname: shop\ndataDir: ../../up\nbindings:\n  a:\n    type: kv\n    path: x/../../../y\n",
 		"version: 1\nname: shop\nnotify:\n  listen: 0.0.0.0:0\n",
 		"version: 1\nname: shop\nnotify:\n  listen: \"[::]:4222\"\n  token: \"\"\n",
+		hdr + "  a:\n    type: kv\n    engine: jetstream\n    replicas: 1\n  b:\n    type: queue\n    engine: jetstream\n    maxAttempts: 2\n    deadLetter: c\n  c:\n    type: queue\n    engine: jetstream\n",
+		"version: 1\nname: shop\njetstream:\n  servers: [nats://a:4222, tls://b]\n  token: ${TOKEN}\n  creds: c.creds\n  tls: {ca: ca.pem}\nbindings:\n  a: {type: kv, engine: jetstream, replicas: 5}\n",
 		"a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nversion: *c\nname: *c\nbindings: *c\n",
 	} {
 		f.Add([]byte(seed))
@@ -102,6 +104,17 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("bindings not sorted: %+v", s.Bindings)
 		}
 		for _, b := range s.Bindings {
+			if b.Engine == config.EngineJetStream {
+				// No folder; replicas in range, 1 on the embedded server.
+				if b.Path != "" || b.Replicas < config.ReplicasMin || b.Replicas > config.ReplicasMax ||
+					(!s.JetStream.External() && b.Replicas != 1) {
+					t.Fatalf("bad jetstream binding %+v", b)
+				}
+				continue
+			}
+			if b.Engine != config.EngineSQLite || b.Replicas != 0 {
+				t.Fatalf("bad engine %+v", b)
+			}
 			if b.Type != config.TypeKV && b.Type != config.TypeQueue || !filepath.IsAbs(b.Path) || b.Path == s.DataDir {
 				t.Fatalf("bad binding %+v", b)
 			}
@@ -118,8 +131,22 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("relative path of %s left dataDir %s: %s", b.Name, s.DataDir, b.Path)
 			}
 		}
+		for _, srv := range s.JetStream.Servers {
+			if !strings.HasPrefix(srv, "nats://") && !strings.HasPrefix(srv, "tls://") || strings.Contains(srv, "@") {
+				t.Fatalf("bad jetstream server %q accepted", srv)
+			}
+		}
+		if tok := s.JetStream.TokenEnv; tok != "" && !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(tok) {
+			t.Fatalf("tokenEnv %q is not a variable name", tok)
+		}
 		for i, a := range s.Bindings {
+			if a.Engine == config.EngineJetStream {
+				continue
+			}
 			for _, b := range s.Bindings[i+1:] {
+				if b.Engine == config.EngineJetStream {
+					continue
+				}
 				if a.Path == b.Path || strings.HasPrefix(a.Path, b.Path+"/") || strings.HasPrefix(b.Path, a.Path+"/") {
 					t.Fatalf("bindings %s (%s) and %s (%s) share or nest a folder", a.Name, a.Path, b.Name, b.Path)
 				}

@@ -19,10 +19,12 @@ var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 const namePattern = "[a-z][a-z0-9-]{0,62}"
 
 var (
-	rootFields     = []string{"version", "name", "dataDir", "notify", "explorer", "bindings"}
-	notifyFields   = []string{"listen", "token"}
-	explorerFields = []string{"listen", "readOnly"}
-	bindingFields  = []string{"type", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter", "retryDelay", "maxRetryDelay", "dedupWindow"}
+	rootFields      = []string{"version", "name", "dataDir", "notify", "explorer", "jetstream", "bindings"}
+	jetstreamFields = []string{"servers", "token", "creds", "tls"}
+	tlsFields       = []string{"ca", "cert", "key"}
+	notifyFields    = []string{"listen", "token"}
+	explorerFields  = []string{"listen", "readOnly"}
+	bindingFields   = []string{"type", "engine", "replicas", "path", "visibilityTimeout", "durability", "maxAttempts", "deadLetter", "retryDelay", "maxRetryDelay", "dedupWindow"}
 )
 
 // parser walks the YAML node tree and collects every problem it meets.
@@ -46,8 +48,26 @@ type rawStack struct {
 	token        string
 	explorer     Explorer
 	explorerNode *yaml.Node // listen, when given
+	js           rawJetStream
 	bindings     []*rawBinding
 }
+
+// rawJetStream is the jetstream section as found, with nodes for positions.
+type rawJetStream struct {
+	node        *yaml.Node // the section; nil when missing
+	servers     []string
+	serverNodes []*yaml.Node
+	serversNode *yaml.Node // nil when not given
+	tokenEnv    string
+	tokenNode   *yaml.Node
+	// files: creds, tls.ca, tls.cert, tls.key as given (expanded), and
+	// their nodes (nil when not given).
+	files     [4]string
+	fileNodes [4]*yaml.Node
+}
+
+// fileFields names rawJetStream.files in order.
+var fileFields = [4]string{"jetstream.creds", "jetstream.tls.ca", "jetstream.tls.cert", "jetstream.tls.key"}
 
 type rawBinding struct {
 	b      Binding
@@ -59,6 +79,9 @@ type rawBinding struct {
 
 	path     string     // as given, expanded; "" for the default
 	pathNode *yaml.Node // nil for the default
+
+	engineNode, replicasNode *yaml.Node // nil when not given
+	replicasOK               bool       // replicas was read as an integer
 
 	vtNode, maNode, dlNode *yaml.Node // nil when not given
 	rdNode, mrNode, dwNode *yaml.Node // retryDelay, maxRetryDelay, dedupWindow; nil when not given
@@ -456,6 +479,8 @@ func (p *parser) walk(root *yaml.Node) *rawStack {
 			p.notify(r, e.val)
 		case "explorer":
 			p.explorer(r, e.val)
+		case "jetstream":
+			p.jetstream(r, e.val)
 		case "bindings":
 			p.bindings(r, e.val)
 		default:
@@ -543,6 +568,87 @@ func (p *parser) explorer(r *rawStack, v *yaml.Node) {
 	}
 }
 
+// tokenRE is the only form jetstream.token may take: one variable.
+var tokenRE = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
+
+// jetstream reads the jetstream section: servers, token, creds, tls.
+func (p *parser) jetstream(r *rawStack, v *yaml.Node) {
+	n, ok := p.mapping(v, "jetstream", "a mapping with servers, token, creds and tls")
+	if !ok {
+		return
+	}
+	r.js.node = v
+	for _, e := range p.entries(n, "jetstream") {
+		ff := fieldPath("jetstream", e.name)
+		switch e.name {
+		case "servers":
+			if isNull(e.val) {
+				continue
+			}
+			r.js.serversNode = e.val
+			list := deref(e.val)
+			if list == nil || list.Kind != yaml.SequenceNode {
+				p.addf(e.val, ff, "must be a list of nats:// or tls:// URLs, got %s", describe(e.val))
+				continue
+			}
+			for i, it := range list.Content {
+				s, ok := p.scalar(it, fmt.Sprintf("%s[%d]", ff, i), "a nats:// or tls:// URL")
+				if ok {
+					r.js.servers = append(r.js.servers, s)
+					r.js.serverNodes = append(r.js.serverNodes, it)
+				}
+			}
+		case "token":
+			if isNull(e.val) {
+				continue
+			}
+			r.js.tokenNode = e.val
+			sn := deref(e.val)
+			if sn == nil || sn.Kind != yaml.ScalarNode {
+				p.addf(e.val, ff, "must be ${VAR}, got %s", describe(e.val))
+				continue
+			}
+			m := tokenRE.FindStringSubmatch(strings.TrimSpace(sn.Value))
+			if m == nil || sn.ShortTag() != "!!str" {
+				// The value is never repeated: it may be the secret.
+				p.addf(e.val, ff, "must be ${VAR}, the name of the environment variable that holds the token, got a literal value "+
+					"(the stack file is committed to git; localcloud keeps only the variable's name)")
+				continue
+			}
+			r.js.tokenEnv = m[1]
+		case "creds":
+			p.jsFile(r, 0, e.val)
+		case "tls":
+			tn, ok := p.mapping(e.val, ff, "a mapping with ca, cert and key")
+			if !ok {
+				continue
+			}
+			for _, t := range p.entries(tn, ff) {
+				switch t.name {
+				case "ca":
+					p.jsFile(r, 1, t.val)
+				case "cert":
+					p.jsFile(r, 2, t.val)
+				case "key":
+					p.jsFile(r, 3, t.val)
+				default:
+					p.unknown(t, ff, tlsFields)
+				}
+			}
+		default:
+			p.unknown(e, "jetstream", jetstreamFields)
+		}
+	}
+}
+
+// jsFile reads the i-th file of the jetstream section (fileFields).
+func (p *parser) jsFile(r *rawStack, i int, v *yaml.Node) {
+	s, given, ok := p.str(v, fileFields[i], "a file path")
+	if ok && given {
+		r.js.files[i], r.js.fileNodes[i] = s, v
+	}
+}
+
 func (p *parser) bindings(r *rawStack, v *yaml.Node) {
 	n, ok := p.mapping(v, "bindings", "a mapping from binding names to bindings")
 	if !ok {
@@ -563,6 +669,8 @@ func (p *parser) bindings(r *rawStack, v *yaml.Node) {
 }
 
 var durationWhat = fmt.Sprintf("a duration between %s and %s", fmtDuration(VisibilityTimeoutMin), fmtDuration(VisibilityTimeoutMax))
+
+var replicasWhat = fmt.Sprintf("an integer between %d and %d", ReplicasMin, ReplicasMax)
 
 var maxAttemptsWhat = fmt.Sprintf("an integer between %d and %d", MaxAttemptsMin, MaxAttemptsMax)
 
@@ -591,6 +699,27 @@ func (p *parser) binding(rb *rawBinding, field string, e entry) {
 					p.addf(f.val, ff, "must be kv or queue, got %q", s)
 				}
 			}
+		case "engine":
+			s, given, ok := p.str(f.val, ff, "sqlite or jetstream")
+			if !ok || !given {
+				continue
+			}
+			rb.engineNode = f.val
+			if s != EngineSQLite && s != EngineJetStream {
+				p.addf(f.val, ff, "must be %s or %s, got %q", EngineSQLite, EngineJetStream, s)
+				continue
+			}
+			rb.b.Engine = s
+		case "replicas":
+			if isNull(f.val) {
+				continue
+			}
+			rb.replicasNode = f.val
+			i, ok := p.integer(f.val, ff, replicasWhat)
+			if !ok {
+				continue
+			}
+			rb.b.Replicas, rb.replicasOK = i, true
 		case "path":
 			s, given, ok := p.str(f.val, ff, "a folder")
 			if !ok || !given {

@@ -114,6 +114,9 @@ func appMain(mode string) int {
 	if code, ok := deliveryAppMain(mode); ok { // delivery_test.go
 		return code
 	}
+	if code, ok := jetStreamAppMain(mode); ok { // jetstream_test.go
+		return code
+	}
 	fmt.Fprintf(os.Stderr, "app: unknown mode %q\n", mode)
 	return 2
 }

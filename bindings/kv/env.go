@@ -7,7 +7,22 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv/driver"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
 )
+
+// ServiceJetStream is the "service" value of a jetstream KV binding's JSON:
+//
+//	{"service":"jetstream-kv","name":"carts","servers":["nats://127.0.0.1:4222"],
+//	 "replicas":1,"tokenEnv":"NATS_TOKEN","creds":"/abs/app.creds",
+//	 "tls":{"ca":"/abs/ca.pem"},"durability":"normal"}
+//
+// FromEnv opens it on the JetStream engine, built in like the SQLite one:
+// one connection per distinct server list and credentials in a process,
+// shared by its stores and closed with the last of them. The token is read
+// from the variable tokenEnv names; the JSON never holds a secret.
+const ServiceJetStream = jsengine.ServiceKV
+
+func init() { engines.Register(ServiceJetStream, jsengine.EnvKV{}) }
 
 // Service is the "service" value of a KV binding's JSON in the environment.
 const Service = "local-kv"

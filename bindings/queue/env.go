@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +10,22 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
 )
+
+// ServiceJetStream is the "service" value of a jetstream queue binding's
+// JSON: the connection fields of a jetstream KV binding (see
+// kv.ServiceJetStream) and the queue settings of a local-queue binding,
+// with the dead-letter queue by name:
+//
+//	{"service":"jetstream-queue","name":"orders","servers":["nats://127.0.0.1:4222"],
+//	 "replicas":1,"visibilityTimeout":"30s","visibilityTimeoutMs":30000,...,
+//	 "maxAttempts":5,"deadLetter":{"binding":"orders-dlq","name":"orders-dlq"}}
+//
+// FromEnv opens it on the JetStream engine, built in like the SQLite one.
+const ServiceJetStream = jsengine.ServiceQueue
+
+func init() { engines.Register(ServiceJetStream, jsengine.EnvQueue{}) }
 
 // Service is the "service" value of a queue binding's JSON in the environment.
 const Service = "local-queue"
@@ -66,7 +82,10 @@ type EnvBinding struct {
 // EnvDeadLetter is the dead-letter queue of an EnvBinding.
 type EnvDeadLetter struct {
 	Binding   string `json:"binding"`
-	QueuePath string `json:"queuePath"`
+	QueuePath string `json:"queuePath,omitempty"`
+	// Name is the dead-letter queue's name on a jetstream binding (its
+	// stream LCQ_<name>); "" on a local-queue binding.
+	Name string `json:"name,omitempty"`
 }
 
 // EnvName returns the variable that carries the binding called name:
@@ -115,7 +134,9 @@ func Register(service string, e driver.Engine) {
 
 func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Queue, error) {
 	if raw, ok := lookup(EnvName(name)); ok {
-		if svc := bindings.EnvService(raw); svc != Service {
+		if svc := bindings.EnvService(raw); svc == ServiceJetStream {
+			return fromJetStreamEnv(ctx, name, raw, opts)
+		} else if svc != Service {
 			if e, ok := engines.Lookup(svc); ok {
 				all := append([]Option{WithBindingName(name)}, opts...)
 				q, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw)}, all)
@@ -148,6 +169,53 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	q, err := Open(ctx, b.QueuePath, append(all, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("open queue binding from %s: %w", EnvName(name), err)
+	}
+	return q, nil
+}
+
+// fromJetStreamEnv opens a jetstream queue binding: the engine reads its
+// connection from the JSON, the queue settings become Open options as for
+// a local-queue binding.
+func fromJetStreamEnv(ctx context.Context, name, raw string, opts []Option) (*Queue, error) {
+	v := EnvName(name)
+	var b EnvBinding
+	if err := json.Unmarshal([]byte(raw), &b); err != nil {
+		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "%s: decode binding JSON", v)
+	}
+	all := []Option{WithBindingName(name)}
+	vt, ok, err := envVisibility(v, b)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		all = append(all, WithDefaultVisibility(vt))
+	}
+	pol, err := envPolicy(v, b)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, pol...)
+	switch {
+	case b.MaxAttempts < 0 || b.MaxAttempts > MaxAttemptsLimit:
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: maxAttempts must be between 1 and %d, got %d", v, MaxAttemptsLimit, b.MaxAttempts)
+	case b.MaxAttempts > 0 && (b.DeadLetter == nil || b.DeadLetter.Name == ""):
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: maxAttempts needs deadLetter.name: a message past maxAttempts must have somewhere to go", v)
+	case b.MaxAttempts > 0:
+		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.Name))
+	}
+	if b.Durability != "" {
+		d, err := bindings.ParseDurability(b.Durability)
+		if err != nil {
+			return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
+		}
+		all = append(all, WithDurability(d))
+	}
+	q, err := openEngine(ctx, jsengine.EnvQueue{}, driver.Config{Binding: []byte(raw)}, append(all, opts...))
+	if err != nil {
+		return nil, fmt.Errorf("open queue binding from %s: %w", v, err)
 	}
 	return q, nil
 }

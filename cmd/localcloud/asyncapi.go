@@ -50,13 +50,14 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 	return err
 }
 
-// asyncAPIInput describes st's hint channels: one per queue binding, on the
+// asyncAPIInput describes st's hint channels: one per sqlite queue binding
+// (JetStream wakes its consumers itself, so a jetstream queue has none), on the
 // server of notify.listen. It depends on the stack file only, so the
 // document is the same whether up runs or not.
 func asyncAPIInput(st *config.Stack, f asyncapi.Format) asyncapi.Input {
 	in := asyncapi.Input{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
 	for _, b := range st.Bindings {
-		if b.Type == config.TypeQueue {
+		if b.Type == config.TypeQueue && b.Engine != config.EngineJetStream {
 			in.Bindings = append(in.Bindings, b.Name)
 		}
 	}

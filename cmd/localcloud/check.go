@@ -49,6 +49,11 @@ type checkStoreJSON struct {
 	Objects  int                `json:"objects"`
 	Problems []sqlstore.Problem `json:"problems"`
 	Notes    []string           `json:"notes"`
+	// Engine is "jetstream" for a binding check skipped (Skipped), with
+	// its Stream; absent for a sqlite binding.
+	Engine  string `json:"engine,omitempty"`
+	Stream  string `json:"stream,omitempty"`
+	Skipped bool   `json:"skipped,omitempty"`
 }
 
 func formatOf(t config.Type) sqlstore.Format {
@@ -86,6 +91,12 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	}
 	out := checkJSON{Stores: []checkStoreJSON{}}
 	for _, b := range bs {
+		if b.Engine == config.EngineJetStream {
+			out.Stores = append(out.Stores, checkStoreJSON{Binding: b.Name, Type: string(b.Type), Engine: b.Engine,
+				Stream: supervisor.StreamName(b), OK: true, Skipped: true, Problems: []sqlstore.Problem{},
+				Notes: []string{"check reads SQLite stores only; it is not supported on a jetstream binding yet (see nats stream info " + supervisor.StreamName(b) + ")"}})
+			continue
+		}
 		r, err := checkStore(ctx, st, b)
 		if err != nil {
 			return err
@@ -137,6 +148,8 @@ func (c *checkCommand) print(out checkJSON) {
 	w := c.app.stdout
 	for _, s := range out.Stores {
 		switch {
+		case s.Skipped:
+			fmt.Fprintf(w, "%s: skipped (engine jetstream, stream %s)\n", s.Binding, s.Stream)
 		case !s.Exists && s.OK:
 			fmt.Fprintf(w, "%s: not provisioned yet (%s does not exist); localcloud up creates it\n", s.Binding, s.File)
 		case s.OK:

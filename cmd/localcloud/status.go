@@ -57,9 +57,13 @@ type statusReport struct {
 }
 
 type statusBinding struct {
-	Name    string `json:"name"`
-	Type    string `json:"type"`
-	Path    string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+	// Engine is "jetstream" for a jetstream binding, with its Stream
+	// (Path is then ""); absent for a sqlite binding.
+	Engine  string `json:"engine,omitempty"`
+	Stream  string `json:"stream,omitempty"`
 	Subject string `json:"subject,omitempty"`
 	// Health is ok, missing, replaced, truncated, loose-modes,
 	// not-provisioned, error or problem (supervisor.HealthKind);
@@ -187,12 +191,21 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
 		for _, b := range rt.Bindings {
 			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject}
+			if b.Engine == config.EngineJetStream {
+				sb.Engine, sb.Stream, sb.Subject = b.Engine, b.Stream, ""
+			}
 			setHealth(&sb.Health, &sb.HealthMessage, b.Health)
 			rep.Bindings = append(rep.Bindings, sb)
 		}
 	default:
 		for _, b := range st.Bindings {
 			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path}
+			if b.Engine == config.EngineJetStream {
+				sb.Engine, sb.Stream = b.Engine, supervisor.StreamName(b)
+				setHealth(&sb.Health, &sb.HealthMessage, "not checked: a jetstream binding; localcloud status reads it only while localcloud up runs")
+				rep.Bindings = append(rep.Bindings, sb)
+				continue
+			}
 			setHealth(&sb.Health, &sb.HealthMessage, offlineHealth(b))
 			if b.Type == config.TypeQueue {
 				sb.Subject = config.Subject(st.Name, b.Name)
@@ -257,6 +270,10 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, countTimeout)
 	defer cancel()
 	ms := now.UnixMilli()
+	if sb.Engine == config.EngineJetStream {
+		sb.CountError = "counts are not supported on a jetstream binding yet"
+		return
+	}
 	switch config.Type(sb.Type) {
 	case config.TypeKV:
 		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
@@ -365,7 +382,11 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		if b.HealthMessage != "" {
 			health = b.HealthMessage
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), b.Path)
+		path := b.Path
+		if b.Engine == config.EngineJetStream {
+			path = "jetstream:" + b.Stream
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), path)
 	}
 	tw.Flush()
 	for _, b := range rep.Bindings {

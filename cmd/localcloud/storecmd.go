@@ -149,6 +149,9 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 			try: "localcloud validate -f " + st.File + " lists the bindings",
 		}
 	}
+	if b.Engine == config.EngineJetStream {
+		return nil, config.Binding{}, jetStreamUnsupported(*b)
+	}
 	if want != "" && b.Type != want {
 		return nil, config.Binding{}, &hintError{
 			err: fmt.Errorf("binding %s is a %s, not a %s", b.Name, b.Type, want),
@@ -156,6 +159,15 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 		}
 	}
 	return st, *b, nil
+}
+
+// jetStreamUnsupported is the error of a store command on a jetstream
+// binding: those commands work on the SQLite files only, for now.
+func jetStreamUnsupported(b config.Binding) error {
+	return &hintError{
+		err: fmt.Errorf("%s binding %s uses engine jetstream (stream %s): this command is not supported on a jetstream binding yet", b.Type, b.Name, supervisor.StreamName(b)),
+		try: "use an app with kv.FromEnv / queue.FromEnv under localcloud run, the explorer of localcloud up, or the nats CLI (nats stream info " + supervisor.StreamName(b) + ")",
+	}
 }
 
 // bindingFile returns the database file of a binding.

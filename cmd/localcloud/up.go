@@ -141,6 +141,24 @@ func startError(err error, st *config.Stack) error {
 	return &hintError{err: err, try: "fix the problem above; nothing was changed in existing stores"}
 }
 
+// jetStreamSummary says where the stack's jetstream bindings live: the
+// embedded server (its store and sync) or the stack's cluster; "" when the
+// stack has none.
+func jetStreamSummary(sup *supervisor.Supervisor, st *config.Stack) string {
+	switch {
+	case st.JetStream.External():
+		return "cluster " + strings.Join(st.JetStream.Servers, ", ") + " (its own sync_interval governs durability)"
+	case !st.UsesJetStream():
+		return ""
+	}
+	_, always := sup.JetStream()
+	sync := "lazy sync, every 2m"
+	if always {
+		sync = "sync every write (durability full)"
+	}
+	return fmt.Sprintf("on the embedded server, store %s, %s", filepath.Join(st.DataDir, supervisor.JetStreamDir), sync)
+}
+
 // printSummary prints what up serves to stdout.
 func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, exp *upExplorer) {
 	w := c.app.stdout
@@ -149,6 +167,9 @@ func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, e
 	fmt.Fprintf(tw, "  data dir\t%s\n", st.DataDir)
 	fmt.Fprintf(tw, "  runtime file\t%s\n", filepath.Join(st.DataDir, supervisor.RuntimeFileName))
 	fmt.Fprintf(tw, "  NATS\t%s (hints on %s)\n", sup.URL(), config.Subject(st.Name, "<binding>"))
+	if js := jetStreamSummary(sup, st); js != "" {
+		fmt.Fprintf(tw, "  JetStream\t%s\n", js)
+	}
 	fmt.Fprintf(tw, "  explorer\t%s\n", exp.summary(st))
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // validateCommand checks a stack file: "ok" and a line per binding, or every
@@ -62,6 +63,9 @@ func (c *validateCommand) Run(ctx context.Context, args []string) error {
 			Bindings: []validateBinding{}, Problems: []validateProblem{}}
 		for _, b := range st.Bindings {
 			vb := validateBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, Durability: b.Durability}
+			if b.Engine == config.EngineJetStream {
+				vb.Engine, vb.Stream, vb.Replicas = b.Engine, supervisor.StreamName(b), b.Replicas
+			}
 			if b.Type == config.TypeQueue {
 				vb.VisibilityTimeout = b.VisibilityTimeout.String()
 				vb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
@@ -92,6 +96,9 @@ type (
 		Name                string `json:"name"`
 		Type                string `json:"type"`
 		Path                string `json:"path"`
+		Engine              string `json:"engine,omitempty"`
+		Stream              string `json:"stream,omitempty"`
+		Replicas            int    `json:"replicas,omitempty"`
 		Durability          string `json:"durability"`
 		VisibilityTimeout   string `json:"visibilityTimeout,omitempty"`
 		VisibilityTimeoutMs int64  `json:"visibilityTimeoutMs,omitempty"`
@@ -112,7 +119,11 @@ type (
 func printBindings(w io.Writer, st *config.Stack) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, b := range st.Bindings {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", b.Name, b.Type, b.Path, settings(b))
+		where := b.Path
+		if b.Engine == config.EngineJetStream {
+			where = "jetstream:" + supervisor.StreamName(b)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", b.Name, b.Type, where, settings(b))
 	}
 	tw.Flush()
 }
@@ -125,6 +136,9 @@ func settings(b config.Binding) string {
 		if b.MaxAttempts > 0 {
 			parts = append(parts, fmt.Sprintf("maxAttempts=%d", b.MaxAttempts), "deadLetter="+b.DeadLetter)
 		}
+	}
+	if b.Engine == config.EngineJetStream {
+		parts = append(parts, fmt.Sprintf("replicas=%d", b.Replicas))
 	}
 	parts = append(parts, "durability="+b.Durability)
 	return strings.Join(parts, " ")

@@ -45,6 +45,14 @@ type ServerOptions struct {
 	// ReadyTimeout bounds the wait for the server to accept clients. Defaults to
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+
+	// JetStreamDir, when not empty, turns JetStream on with its store in this folder (the
+	// stack's jetstream bindings); "" keeps JetStream off.
+	JetStreamDir string
+
+	// SyncAlways makes JetStream's file store fsync every write (sync_interval: always);
+	// false keeps the server's default, a sync every 2 minutes.
+	SyncAlways bool
 }
 
 // Server is an embedded NATS server that carries hints. Create it with StartServer.
@@ -91,23 +99,27 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if timeout <= 0 {
 		timeout = DefaultReadyTimeout
 	}
-	return startNATS(ctx, host, port, opts.Token, log, timeout)
+	return startNATS(ctx, host, port, opts.Token, log, timeout, opts)
 }
 
 // startNATS starts the server without the port probe, so tests can reach the path where the
 // server itself fails to listen.
-func startNATS(ctx context.Context, host string, port int, token string, log *slog.Logger, timeout time.Duration) (*Server, error) {
+func startNATS(ctx context.Context, host string, port int, token string, log *slog.Logger, timeout time.Duration, so ServerOptions) (*Server, error) {
 	natsPort := port
 	if natsPort == 0 {
 		natsPort = server.RANDOM_PORT // -1; NATS reads 0 as its default port 4222
 	}
-	ns, err := server.NewServer(&server.Options{
+	o := &server.Options{
 		Host:          host,
 		Port:          natsPort,
 		NoSigs:        true, // otherwise SIGINT/SIGTERM call os.Exit
 		NoLog:         true, // logs go through SetLoggerV2 below
 		Authorization: token,
-	})
+	}
+	if so.JetStreamDir != "" {
+		o.JetStream, o.StoreDir, o.SyncAlways = true, so.JetStreamDir, so.SyncAlways
+	}
+	ns, err := server.NewServer(o)
 	if err != nil {
 		return nil, fmt.Errorf("start hint server: configure: %w", err)
 	}
@@ -145,7 +157,16 @@ func startNATS(ctx context.Context, host string, port int, token string, log *sl
 		url:   "nats://" + net.JoinHostPort(host, strconv.Itoa(tcp.Port)),
 		token: token,
 	}
-	log.Info("hint server started", "url", s.url, "auth", token != "")
+	if so.JetStreamDir != "" {
+		// JetStream starts with the server; wait until it answers.
+		for !ns.JetStreamEnabled() {
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("start hint server on %s: JetStream in %s: %w after %s", addr, so.JetStreamDir, ErrNotReady, timeout))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	log.Info("hint server started", "url", s.url, "auth", token != "", "jetstream", so.JetStreamDir != "", "syncAlways", so.SyncAlways)
 	return s, nil
 }
 
@@ -267,4 +288,13 @@ func (l *natsLogger) Fatalf(format string, v ...any) {
 // a subscriber to be in place before publishing.
 func (s *Server) HasInterest(subject string) bool {
 	return s.ns.GlobalAccount().SubscriptionInterest(subject)
+}
+
+// JetStream reports whether the server runs JetStream, and whether its file store syncs every
+// write (ServerOptions.SyncAlways).
+func (s *Server) JetStream() (enabled, syncAlways bool) {
+	if s == nil {
+		return false, false
+	}
+	return s.ns.JetStreamEnabled(), s.ns.JetStreamConfig() != nil && s.ns.JetStreamConfig().SyncAlways
 }

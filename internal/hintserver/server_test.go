@@ -136,7 +136,7 @@ func TestServerTakenPortAfterProbe(t *testing.T) {
 	host, portStr, _ := net.SplitHostPort(addr)
 	port, _ := net.LookupPort("tcp", portStr)
 	start := time.Now()
-	s, err := startNATS(context.Background(), host, port, "", slog.New(slog.DiscardHandler), DefaultReadyTimeout)
+	s, err := startNATS(context.Background(), host, port, "", slog.New(slog.DiscardHandler), DefaultReadyTimeout, ServerOptions{})
 	if s != nil {
 		s.Shutdown()
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Modes every store is created with: the file-mode policy's constants
@@ -29,6 +31,12 @@ const HealthAdvice = "localcloud up never recreates a deleted or replaced store:
 // (opening the file would risk SQLite's locks) and returns HealthOK or the
 // problems found.
 func (s *store) check() string {
+	if s.js != nil {
+		if st := s.js.Status(); st != nats.CONNECTED {
+			return fmt.Sprintf("not connected to JetStream (connection %s); it reconnects on its own", strings.ToLower(st.String()))
+		}
+		return HealthOK
+	}
 	var probs []string
 	di, err := os.Stat(s.cfg.Path)
 	switch {

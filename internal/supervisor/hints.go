@@ -42,7 +42,7 @@ func (s *Supervisor) startHints() *hints {
 // watchLocked starts hints for x when it is a queue. A failure is logged:
 // the queue is served, only without up's hints.
 func (s *Supervisor) watchLocked(x *store) {
-	if s.hints == nil || x.queue == nil {
+	if s.hints == nil || x.queue == nil || x.js != nil { // JetStream wakes consumers itself
 		return
 	}
 	subject := config.Subject(s.stack.Name, x.cfg.Name)

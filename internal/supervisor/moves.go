@@ -24,14 +24,24 @@ import (
 // and the queues whose dead-letter queue b is, by location.
 func MoveTargets(st *config.Stack, b config.Binding) (deadLetter string, origins []string) {
 	if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 && dl.Type == config.TypeQueue {
-		deadLetter = dl.Path
+		deadLetter = Location(*dl)
 	}
 	for _, o := range st.Bindings {
 		if o.Type == config.TypeQueue && o.DeadLetter == b.Name && o.MaxAttempts > 0 && o.Name != b.Name {
-			origins = append(origins, o.Path)
+			origins = append(origins, Location(o))
 		}
 	}
 	return deadLetter, origins
+}
+
+// Location is what a dead-letter policy names binding b's store by: its
+// folder on the sqlite engine, its name on jetstream (the engine's
+// location; config keeps a dead-letter pair on one engine).
+func Location(b config.Binding) string {
+	if b.Engine == config.EngineJetStream {
+		return b.Name
+	}
+	return b.Path
 }
 
 // QueueOptions returns the options that give a handle on queue binding b

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/localcloud/localcloud/config"
 )
 
@@ -95,7 +97,20 @@ func (s *Supervisor) apply(ctx context.Context, st *config.Stack, reason string)
 	s.mu.Unlock()
 	var opened []*store
 	if err == nil {
-		opened, err = openStores(ctx, st, toOpen, s.log)
+		local, remote := splitEngines(toOpen)
+		opened, err = openStores(ctx, st, local, s.log, nil)
+		if err == nil && len(remote) > 0 {
+			var jsc *nats.Conn
+			var more []*store
+			if jsc, err = s.jetStream(ctx, st); err == nil {
+				more, err = openStores(ctx, st, remote, s.log, jsc)
+			}
+			if err != nil {
+				closeAll(opened, s.log)
+				opened = nil
+			}
+			opened = append(opened, more...)
+		}
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -156,7 +171,7 @@ func sameSettings(a, b config.Binding) bool {
 
 // needsReopen reports whether going from a to b needs a new handle.
 func needsReopen(a, b config.Binding) bool {
-	return a.Type != b.Type || a.Path != b.Path || a.Durability != b.Durability
+	return a.Type != b.Type || a.Engine != b.Engine || a.Path != b.Path || a.Durability != b.Durability || a.Replicas != b.Replicas
 }
 
 // planLocked compares st with the stack being served: what changes, and
@@ -167,6 +182,15 @@ func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error
 		return d, nil, fmt.Errorf("dataDir changed from %s to %s: %w", s.dataDir, st.DataDir, ErrNeedsRestart)
 	}
 	old := s.stack
+	if !st.JetStream.Equal(old.JetStream) {
+		return d, nil, fmt.Errorf("the jetstream section changed: %w", ErrNeedsRestart)
+	}
+	if on, sync := embeddedJetStream(st); on && !s.jsOn {
+		return d, nil, fmt.Errorf("the stack now has jetstream bindings but up's embedded server was started without JetStream: %w", ErrNeedsRestart)
+	} else if sync && !s.jsSync {
+		return d, nil, fmt.Errorf("a jetstream binding now asks for durability full, but up's embedded server was started with lazy sync: %w", ErrNeedsRestart)
+	}
+	s.warnDurability(st)
 	if st.Notify != old.Notify {
 		s.log.Warn("notify settings changed; they apply after a restart of localcloud up", "url", s.nats.URL())
 	}

@@ -69,9 +69,14 @@ type Runtime struct {
 
 // RuntimeBinding is one binding served by up.
 type RuntimeBinding struct {
-	Name              string `json:"name"`
-	Type              string `json:"type"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Engine is "sqlite" or "jetstream"; Path is "" on jetstream, Stream
+	// names the binding's stream there and Replicas its replica count.
+	Engine            string `json:"engine,omitempty"`
 	Path              string `json:"path"`
+	Stream            string `json:"stream,omitempty"`
+	Replicas          int    `json:"replicas,omitempty"`
 	Subject           string `json:"subject,omitempty"`
 	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
 	// VisibilityTimeoutMs is VisibilityTimeout in whole milliseconds.

@@ -14,6 +14,8 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/nats-io/nats.go"
 )
 
 // store is the open handle of one binding and what its health check
@@ -32,6 +34,9 @@ type store struct {
 	// moves is the unfinished moves out of the store that up left in
 	// place, read at the open (MoveProblems); "" if none.
 	moves string
+	// js is the connection of a jetstream binding (up's, shared by its
+	// jetstream stores); nil for a sqlite binding, which has files.
+	js *nats.Conn
 }
 
 // dbFile returns the database file of a binding.
@@ -47,10 +52,13 @@ func dbFile(b config.Binding) string {
 // queue is opened with the stack's rules for moves (QueueOptions), so its
 // open finishes the moves a killed process left toward destinations the
 // stack names, and leaves the others, which its health then reports.
-func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slog.Logger) (*store, error) {
+func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slog.Logger, jsc *nats.Conn) (*store, error) {
 	d, err := bindings.ParseDurability(b.Durability)
 	if err != nil {
 		return nil, fmt.Errorf("open binding %s: %w", b.Name, err)
+	}
+	if b.Engine == config.EngineJetStream {
+		return openJetStream(ctx, st, b, d, log, jsc)
 	}
 	s := &store{cfg: b, file: dbFile(b), health: HealthOK}
 	l := log.With(keyBinding, b.Name)
@@ -95,6 +103,44 @@ func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slo
 	return s, nil
 }
 
+// openJetStream provisions binding b on JetStream through jsc: the engine's
+// Open creates the stream (and a queue's consumer) or checks an existing
+// one, and fails closed on one whose settings contradict the binding.
+// Nothing is ever deleted: a removed binding's stream stays.
+func openJetStream(ctx context.Context, st *config.Stack, b config.Binding, d bindings.Durability, log *slog.Logger, jsc *nats.Conn) (*store, error) {
+	if jsc == nil {
+		return nil, fmt.Errorf("open %s binding %s on jetstream: no connection to JetStream", b.Type, b.Name)
+	}
+	s := &store{cfg: b, health: HealthOK, js: jsc}
+	l := log.With(keyBinding, b.Name)
+	var err error
+	switch b.Type {
+	case config.TypeKV:
+		s.kv, err = kv.OpenEngine(ctx, jsengine.KV{Conn: jsc, Replicas: b.Replicas}, b.Name, kv.WithDurability(d), kv.WithLogger(l))
+	case config.TypeQueue:
+		opts := append([]queue.Option{queue.WithDurability(d), queue.WithLogger(l), queue.WithBindingName(b.Name)}, QueueOptions(st, b)...)
+		if b.VisibilityTimeout > 0 {
+			opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
+		}
+		s.queue, err = queue.OpenEngine(ctx, jsengine.Queue{Conn: jsc, Replicas: b.Replicas}, b.Name, opts...)
+	default:
+		err = fmt.Errorf("unknown binding type %q", b.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s binding %s on jetstream (stream %s): %w", b.Type, b.Name, StreamName(b), err)
+	}
+	return s, nil
+}
+
+// StreamName is the JetStream stream of a jetstream binding: LCKV_<name>
+// for a KV binding, LCQ_<name> for a queue.
+func StreamName(b config.Binding) string {
+	if b.Type == config.TypeQueue {
+		return "LCQ_" + b.Name
+	}
+	return "LCKV_" + b.Name
+}
+
 func firstErr(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
@@ -120,6 +166,12 @@ func (s *store) closeHandle() error {
 // whatever now sits at the path. The handle is then left to the process's
 // exit. It reports whether the handle was closed.
 func (s *store) close(log *slog.Logger) bool {
+	if s.js != nil {
+		if err := s.closeHandle(); err != nil {
+			log.Warn("close store", keyBinding, s.cfg.Name, keyErr, err)
+		}
+		return true
+	}
 	if !s.sameIdentity() {
 		log.Warn("store was deleted or replaced; leaving its handle open until exit so closing it cannot touch the files now at its path",
 			keyBinding, s.cfg.Name, keyPath, s.cfg.Path)
@@ -149,7 +201,7 @@ const openParallel = 16
 
 // openStores opens the stores of bs in parallel. On any failure it closes
 // what it opened and returns every error.
-func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log *slog.Logger) ([]*store, error) {
+func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log *slog.Logger, jsc *nats.Conn) ([]*store, error) {
 	out := make([]*store, len(bs))
 	errs := make([]error, len(bs))
 	sem := make(chan struct{}, openParallel)
@@ -160,7 +212,7 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i], errs[i] = openStore(ctx, st, b, log)
+			out[i], errs[i] = openStore(ctx, st, b, log, jsc)
 		}()
 	}
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
 )
 
 // Defaults of Options.
@@ -71,8 +73,11 @@ type Supervisor struct {
 	lock      *ownerLock
 	nats      *hintserver.Server
 	hints     *hints // nil when up's hints could not start (logged)
-	pid       int
-	startedAt time.Time
+	// jsOn and jsSync are what the embedded server was started with:
+	// JetStream, and a file store that syncs every write.
+	jsOn, jsSync bool
+	pid          int
+	startedAt    time.Time
 
 	// reloadMu serialises Reload and Apply, which read files (the stack
 	// file, the stores they open) without holding mu.
@@ -85,6 +90,10 @@ type Supervisor struct {
 	reloadErr    string
 	writeFailing bool // the last runtime.json write failed (logged once)
 	closed       bool
+	// js is up's connection to JetStream (the embedded server in process,
+	// or the stack's cluster), shared by every jetstream store; nil until
+	// the first one opens.
+	js *nats.Conn
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -140,25 +149,44 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		err error
 	}
 	natsDone := make(chan natsResult, 1)
+	so := hintserver.ServerOptions{
+		Listen: st.Notify.Listen,
+		Token:  st.Notify.Token,
+		Logger: opts.NATSLogger,
+	}
+	s.jsOn, s.jsSync = embeddedJetStream(st)
+	if s.jsOn {
+		so.JetStreamDir, so.SyncAlways = filepath.Join(st.DataDir, JetStreamDir), s.jsSync
+	}
+	s.warnDurability(st)
 	go func() {
-		srv, err := hintserver.StartServer(ctx, hintserver.ServerOptions{
-			Listen: st.Notify.Listen,
-			Token:  st.Notify.Token,
-			Logger: opts.NATSLogger,
-		})
+		srv, err := hintserver.StartServer(ctx, so)
 		natsDone <- natsResult{srv, err}
 	}()
-	stores, storeErr := openStores(ctx, st, st.Bindings, s.log)
+	local, remote := splitEngines(st.Bindings)
+	stores, storeErr := openStores(ctx, st, local, s.log, nil)
 	nr := <-natsDone
+	s.nats = nr.srv
+	if storeErr == nil && nr.err == nil && len(remote) > 0 {
+		// The jetstream stores need the server (or the cluster).
+		var more []*store
+		jsc, err := s.jetStream(ctx, st)
+		if err == nil {
+			more, err = openStores(ctx, st, remote, s.log, jsc)
+		}
+		stores, storeErr = append(stores, more...), err
+	}
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
 			_ = x.closeHandle()
+		}
+		if s.js != nil {
+			s.js.Close()
 		}
 		nr.srv.Shutdown()
 		lock.release()
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
-	s.nats = nr.srv
 	s.hints = s.startHints()
 	for _, x := range stores {
 		s.stores[x.cfg.Name] = x
@@ -189,6 +217,79 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	return s, nil
 }
 
+// JetStreamDir is the folder under dataDir where up's embedded server
+// keeps JetStream's data (config keeps sqlite bindings out of it).
+const JetStreamDir = config.JetStreamDir
+
+// embeddedJetStream says whether the embedded server must run JetStream
+// for st (a jetstream binding and no jetstream.servers) and whether its
+// file store must sync every write (a jetstream binding with durability
+// full).
+func embeddedJetStream(st *config.Stack) (on, syncAlways bool) {
+	if st.JetStream.External() {
+		return false, false
+	}
+	for _, b := range st.Bindings {
+		if b.Engine == config.EngineJetStream {
+			on = true
+			syncAlways = syncAlways || b.Durability == config.DurabilityFull
+		}
+	}
+	return on, syncAlways
+}
+
+// warnDurability logs, per jetstream binding with durability full on an
+// outside cluster, that up cannot set the cluster's sync.
+func (s *Supervisor) warnDurability(st *config.Stack) {
+	if !st.JetStream.External() {
+		return
+	}
+	for _, b := range st.Bindings {
+		if b.Engine == config.EngineJetStream && b.Durability == config.DurabilityFull {
+			s.log.Warn("durability full cannot be set from here: on an outside cluster the servers' own sync_interval governs "+
+				"(set sync_interval: always in their jetstream config); localcloud up provisions the stream only", keyBinding, b.Name)
+		}
+	}
+}
+
+// splitEngines splits bindings into sqlite and jetstream ones.
+func splitEngines(bs []config.Binding) (local, remote []config.Binding) {
+	for _, b := range bs {
+		if b.Engine == config.EngineJetStream {
+			remote = append(remote, b)
+		} else {
+			local = append(local, b)
+		}
+	}
+	return local, remote
+}
+
+// jetStream returns up's connection to JetStream for st, connecting on
+// first use: to the embedded server in process, or to the stack's cluster
+// (token from the variable it names, creds, TLS). Only Start and reloads
+// (under reloadMu) call it.
+func (s *Supervisor) jetStream(ctx context.Context, st *config.Stack) (*nats.Conn, error) {
+	s.mu.Lock()
+	jsc := s.js
+	s.mu.Unlock()
+	if jsc != nil && !jsc.IsClosed() {
+		return jsc, nil
+	}
+	var err error
+	if st.JetStream.External() {
+		jsc, err = jsengine.Dial(ctx, JetStreamConn(st, ""), "localcloud-up", nil)
+	} else {
+		jsc, err = s.nats.Connect(nats.Name("localcloud-up-jetstream"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to JetStream: %w", err)
+	}
+	s.mu.Lock()
+	s.js = jsc
+	s.mu.Unlock()
+	return jsc, nil
+}
+
 // joinErrors joins the non-nil errors; one error is returned as it is.
 func joinErrors(errs []error) error {
 	var out []error
@@ -205,6 +306,10 @@ func joinErrors(errs []error) error {
 	}
 	return errors.Join(out...)
 }
+
+// JetStream reports whether the embedded server runs JetStream and whether
+// its file store syncs every write.
+func (s *Supervisor) JetStream() (on, syncAlways bool) { return s.jsOn, s.jsSync }
 
 // URL returns the NATS URL clients connect to.
 func (s *Supervisor) URL() string { return s.nats.URL() }
@@ -244,12 +349,18 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		rb := RuntimeBinding{
 			Name:       b.Name,
 			Type:       string(b.Type),
+			Engine:     b.Engine,
 			Path:       b.Path,
 			Durability: b.Durability,
 			Health:     x.health,
 		}
+		if b.Engine == config.EngineJetStream {
+			rb.Stream, rb.Replicas = StreamName(b), b.Replicas
+		}
 		if b.Type == config.TypeQueue {
-			rb.Subject = config.Subject(s.stack.Name, b.Name)
+			if b.Engine != config.EngineJetStream { // JetStream wakes consumers itself
+				rb.Subject = config.Subject(s.stack.Name, b.Name)
+			}
 			rb.VisibilityTimeout = b.VisibilityTimeout.String()
 			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
@@ -340,6 +451,10 @@ func (s *Supervisor) closeResources() error {
 		x.close(s.log)
 	}
 	s.stores = map[string]*store{}
+	if s.js != nil {
+		_ = s.js.FlushTimeout(time.Second)
+		s.js.Close()
+	}
 	s.nats.Shutdown()
 	err := removeRuntime(s.dataDir)
 	s.lock.release()

@@ -1,7 +1,8 @@
 // Package jsengine is the NATS JetStream engine of localcloud's kv and queue
 // bindings (issue 13), in progress: it implements bindings/kv/driver and
-// bindings/queue/driver over github.com/nats-io/nats.go/jetstream. It is not
-// wired into the stack file, `up` or FromEnv yet; see docs/ARCHITECTURE.md,
+// bindings/queue/driver over github.com/nats-io/nats.go/jetstream. A binding
+// with `engine: jetstream` selects it (up provisions it; kv.FromEnv and
+// queue.FromEnv open it through env.go); see docs/ARCHITECTURE.md,
 // "JetStream engine (in progress)", for what holds and what does not.
 package jsengine
 

@@ -155,6 +155,9 @@ func engineOf(path, marker string) string {
 	if strings.HasPrefix(path, "memory:") {
 		return "memory"
 	}
+	if strings.HasPrefix(path, "jetstream:") {
+		return "jetstream"
+	}
 	return "file (" + marker + ")"
 }
 

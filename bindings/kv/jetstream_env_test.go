@@ -1,0 +1,93 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
+)
+
+// startJetStream starts an embedded JetStream server on a free loopback
+// port, with token, and returns its URL; t.Cleanup stops it.
+func startJetStream(t *testing.T, token string) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(), Authorization: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return srv.ClientURL()
+}
+
+// TestFromEnvJetStream opens a jetstream-kv binding with FromEnv, no blank
+// import: both handles share one connection, which closes with the last.
+func TestFromEnvJetStream(t *testing.T) {
+	url := startJetStream(t, "s3cret")
+	t.Setenv("LC_TEST_JS_TOKEN", "s3cret")
+	js := fmt.Sprintf(`{"service":"jetstream-kv","name":"carts","servers":[%q],"replicas":1,"tokenEnv":"LC_TEST_JS_TOKEN","durability":"normal"}`, url)
+	t.Setenv(EnvName("carts"), js)
+	t.Setenv(EnvName("carts2"), js)
+	ctx := t.Context()
+	base := jsengine.SharedConns()
+	a, err := FromEnv(ctx, "carts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FromEnv(ctx, "carts2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := jsengine.SharedConns() - base; n != 1 {
+		t.Errorf("%d shared connections for two stores on one server, want 1", n)
+	}
+	if !strings.HasPrefix(a.Path(), "jetstream:") {
+		t.Errorf("Path %q, want the jetstream engine's", a.Path())
+	}
+	for _, k := range []string{"user:1", "user:2", "order:1"} {
+		if _, err := a.Put(ctx, k, []byte("v-"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := b.Scan(ctx, "user:", 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 2 || page.Items[0].Key != "user:1" || string(page.Items[1].Value) != "v-user:2" {
+		t.Fatalf("scan through the second handle: %+v", page.Items)
+	}
+	a.Close()
+	if n := jsengine.SharedConns() - base; n != 1 {
+		t.Errorf("%d shared connections after one of two closed, want 1", n)
+	}
+	if _, _, err := b.Get(ctx, "user:1"); err != nil {
+		t.Fatalf("get after the other handle closed: %v", err)
+	}
+	b.Close()
+	if n := jsengine.SharedConns() - base; n != 0 {
+		t.Errorf("%d shared connections after both closed, want 0", n)
+	}
+}
+
+func TestFromEnvJetStreamMissingToken(t *testing.T) {
+	url := startJetStream(t, "s3cret")
+	t.Setenv(EnvName("carts"), fmt.Sprintf(`{"service":"jetstream-kv","name":"carts","servers":[%q],"tokenEnv":"LC_TEST_NO_SUCH_TOKEN"}`, url))
+	_, err := FromEnv(t.Context(), "carts")
+	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), "LC_TEST_NO_SUCH_TOKEN") {
+		t.Fatalf("got %v, want BINDING_SETUP_FAILED naming LC_TEST_NO_SUCH_TOKEN", err)
+	}
+	t.Setenv(EnvName("carts"), `{"service":"jetstream-kv","name":"carts","servers":[]}`)
+	if _, err := FromEnv(t.Context(), "carts"); !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), "servers") {
+		t.Fatalf("no servers: got %v", err)
+	}
+}
