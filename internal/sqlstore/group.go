@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,10 @@ type committer struct {
 	mu      sync.Mutex
 	pending []*groupOp
 	leading bool
-	commits atomic.Int64 // transactions committed by groups (for tests)
+	// contended is whether writers waited for the last group: then the
+	// next one is a transaction even if it starts with one write.
+	contended bool
+	commits   atomic.Int64 // transactions committed by groups (for tests)
 }
 
 // submit runs op in a group commit and returns when op's own outcome is
@@ -95,9 +99,17 @@ func (g *committer) handOff() {
 }
 
 // lead runs one group: self (first of pending) and every writer waiting
-// behind it when the write lock is taken, up to MaxGroup.
+// behind it when the write lock is taken, plus those that arrive while its
+// transaction runs, up to MaxGroup.
 func (db *DB) lead(self *groupOp) {
 	g := &db.group
+	// The writers the last group released (or any other writer) may be
+	// runnable but not yet run: the goroutine that leads never blocks
+	// before it commits, so on a busy machine it would otherwise run
+	// group after group of one while they wait for the CPU. Letting them
+	// run first lets them join this group. With nothing else to run this
+	// costs well under a microsecond.
+	runtime.Gosched()
 	release, err := db.lock.acquire(self.ctx, db.log)
 	g.mu.Lock()
 	if err != nil {
@@ -110,15 +122,17 @@ func (db *DB) lead(self *groupOp) {
 		close(self.done)
 		return
 	}
-	n := min(len(g.pending), MaxGroup)
-	batch := slices.Clone(g.pending[:n])
-	g.pending = slices.Delete(g.pending, 0, n)
+	batch := g.take(nil)
 	g.mu.Unlock()
 
-	db.runGroup(batch)
+	batch = db.runGroup(batch)
 	release()
 
 	g.mu.Lock()
+	// Writers that waited for this group mean more are likely to come: the
+	// next group runs as a transaction even if it starts with one write, so
+	// that those arriving while it runs can join it.
+	g.contended = len(g.pending) > 0
 	g.handOff()
 	g.mu.Unlock()
 	for _, op := range batch {
@@ -126,23 +140,39 @@ func (db *DB) lead(self *groupOp) {
 	}
 }
 
-// runGroup runs batch under the write lock. One write runs on its own
-// (autocommit), exactly as without grouping, so a lone writer pays
-// nothing. Several run in one BEGIN IMMEDIATE transaction: when a
-// statement fails, that write fails alone and the transaction is rolled
-// back and run again without it.
-func (db *DB) runGroup(batch []*groupOp) {
-	live := batch[:0:0]
-	for _, op := range batch {
-		// A writer whose ctx ended before its statement ran gets ctx's
-		// error and nothing of it happens.
-		if err := op.ctx.Err(); err != nil {
-			op.err = err
-			continue
-		}
-		live = append(live, op)
+// take moves pending writers into batch, up to MaxGroup in all. Called
+// with g.mu held.
+func (g *committer) take(batch []*groupOp) []*groupOp {
+	n := min(len(g.pending), MaxGroup-len(batch))
+	if n <= 0 {
+		return batch
 	}
-	if len(live) == 1 {
+	batch = append(batch, g.pending[:n]...)
+	g.pending = slices.Delete(g.pending, 0, n)
+	return batch
+}
+
+// runGroup runs batch under the write lock and returns it with the writers
+// that joined while it ran. One write with nobody waiting before it runs
+// on its own (autocommit), exactly as without grouping, so a lone writer
+// pays nothing. Otherwise the writes run in one BEGIN IMMEDIATE
+// transaction, which takes in the writers that arrive while it runs: when
+// a statement fails, that write fails alone and the transaction is rolled
+// back and run again without it.
+func (db *DB) runGroup(batch []*groupOp) []*groupOp {
+	live := make([]*groupOp, 0, len(batch))
+	for _, op := range batch {
+		if ready(op) {
+			live = append(live, op)
+		}
+	}
+	if len(live) == 0 {
+		return batch // writers that came meanwhile wait for the next leader
+	}
+	db.group.mu.Lock()
+	lone := len(live) == 1 && len(db.group.pending) == 0 && !db.group.contended
+	db.group.mu.Unlock()
+	if lone {
 		op := live[0]
 		st, err := db.stmt(op.ctx, op.query)
 		if err == nil {
@@ -153,32 +183,46 @@ func (db *DB) runGroup(batch []*groupOp) {
 			db.ckpt.committed()
 		}
 		op.err = db.fsErr(err)
-		return
+		return batch
 	}
-	for len(live) > 0 {
-		failed, err := db.runTx(live)
+	for {
+		var failed int
+		var err error
+		batch, live, failed, err = db.runTx(batch, live)
 		if failed < 0 {
 			for _, op := range live {
 				if err != nil {
 					op.res, op.err = nil, err
 				}
 			}
-			if err == nil {
+			if err == nil && len(live) > 0 {
 				db.group.commits.Add(1)
 				db.ckpt.committed()
 			}
-			return
+			return batch
 		}
 		live[failed].res, live[failed].err = nil, err
 		live = slices.Delete(live, failed, failed+1)
 	}
 }
 
-// runTx runs ops in one transaction and commits it. It returns the index
-// of the op whose statement failed (the transaction is then rolled back)
-// and that op's error, or -1 and the error of BEGIN or COMMIT that failed
-// every op (nil: all committed).
-func (db *DB) runTx(ops []*groupOp) (int, error) {
+// ready reports whether op is to run: a writer whose ctx ended before its
+// statement ran gets ctx's error and nothing of it happens.
+func ready(op *groupOp) bool {
+	if err := op.ctx.Err(); err != nil {
+		op.err = err
+		return false
+	}
+	return true
+}
+
+// runTx runs live in one transaction and commits it; writers that wait
+// when the statements of live have run join it (they are added to batch
+// and live) until MaxGroup. It returns the index in live of the op whose
+// statement failed (the transaction is then rolled back) and that op's
+// error, or -1 and the error of BEGIN or COMMIT that failed every op (nil:
+// all committed).
+func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error) {
 	done := false
 	defer func() {
 		if !done {
@@ -187,26 +231,45 @@ func (db *DB) runTx(ops []*groupOp) (int, error) {
 	}()
 	ctx := context.Background()
 	if err := db.begin(ctx); err != nil {
-		return -1, db.fsErr(err)
+		return batch, live, -1, db.fsErr(err)
 	}
-	for i, op := range ops {
+	g := &db.group
+	for i := 0; ; i++ {
+		if i == len(live) {
+			g.mu.Lock()
+			n := len(batch)
+			batch = g.take(batch)
+			g.mu.Unlock()
+			for _, op := range batch[n:] {
+				if ready(op) {
+					live = append(live, op)
+				}
+			}
+			if i == len(live) {
+				break
+			}
+		}
+		op := live[i]
 		st, err := db.stmt(ctx, op.query)
 		if err == nil {
 			err = db.runOp(op, st)
 		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return i, db.fsErr(err)
+			return batch, live, i, db.fsErr(err)
 		}
+	}
+	if len(live) == 0 {
+		return batch, live, -1, nil // rolled back: nothing to commit
 	}
 	commit, err := db.stmt(ctx, "COMMIT")
 	if err == nil {
 		_, err = commit.ExecContext(ctx)
 	}
 	if err != nil {
-		return -1, db.fsErr(err)
+		return batch, live, -1, db.fsErr(err)
 	}
 	done = true
-	return -1, nil
+	return batch, live, -1, nil
 }
 
 // runOp runs op's statement once, setting op.res or scanning into op.dest.

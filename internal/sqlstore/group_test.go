@@ -3,12 +3,16 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"modernc.org/sqlite"
 )
 
 // holdWriteLock runs a Write that keeps the write lock until n writers wait
@@ -196,5 +200,109 @@ func TestGroupCommitCancelledWaiter(t *testing.T) {
 		if i != 2 && err != nil {
 			t.Fatalf("writer %d: %v", i, err)
 		}
+	}
+}
+
+// midGroupDB is the handle whose group lc_test_wait_pending looks at; called
+// is closed when that function first runs.
+var (
+	midGroupDB     *DB
+	midGroupCalled chan struct{}
+	registerWait   sync.Once
+)
+
+// registerWaitPending registers lc_test_wait_pending(n), which blocks the
+// statement calling it until n writers wait in midGroupDB's group.
+func registerWaitPending(t *testing.T) {
+	registerWait.Do(func() {
+		sqlite.MustRegisterScalarFunction("lc_test_wait_pending", 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			n, _ := args[0].(int64)
+			close(midGroupCalled)
+			return n, waitPending(midGroupDB, int(n))
+		})
+	})
+}
+
+// Writers that arrive while a group's transaction runs join it: the group
+// takes them in before it commits instead of leaving them for the next one.
+func TestGroupCommitJoinsWritersArrivingMidGroup(t *testing.T) {
+	registerWaitPending(t)
+	ctx := context.Background()
+	db := openRaw(t)
+	midGroupDB, midGroupCalled = db, make(chan struct{})
+	before := db.group.commits.Load()
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, 2)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	exec := func(i int, query string) {
+		wg.Go(func() {
+			_, errs[i] = db.Exec(ctx, query, fmt.Sprint("m", i), i)
+		})
+	}
+	// The first group: two writers, one of which waits in its statement
+	// until three more writers wait.
+	exec(0, `INSERT INTO t (k, v, n) VALUES (?, x'01', ? + lc_test_wait_pending(3) - 3)`)
+	exec(1, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`)
+	<-hold
+	select {
+	case <-midGroupCalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first group's statement did not run")
+	}
+	for i := 2; i < 5; i++ {
+		exec(i, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if got := db.group.commits.Load() - before; got != 1 {
+		t.Fatalf("5 writers, 3 of them arriving while the group ran, took %d transactions, want 1", got)
+	}
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 5 {
+		t.Fatalf("rows: %d, %v; want 5", count, err)
+	}
+}
+
+// With one P (a machine whose other cores are busy) the goroutine that
+// leads a group never blocks before it commits; the writers the last group
+// released still join the next group instead of waiting for the CPU while
+// it runs group after group of one.
+func TestGroupCommitOneProc(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	db := openRaw(t)
+	const writers, each = 8, 100
+	before := db.group.commits.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint(g, "-", i), i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	commits := db.group.commits.Load() - before
+	per := float64(writers*each) / float64(commits)
+	t.Logf("%d writes, %d transactions: %.2f writes each", writers*each, commits, per)
+	if per < 4 {
+		t.Fatalf("%d writes of %d goroutines took %d transactions (%.2f writes each), want at least 4 each", writers*each, writers, commits, per)
 	}
 }
