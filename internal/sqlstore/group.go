@@ -10,6 +10,10 @@ import (
 	"sync/atomic"
 )
 
+// loneYield is how often (every how many groups) a writer that finds
+// nobody else writing lets other goroutines run before it leads.
+const loneYield = 8
+
 // MaxGroup is the most single-statement writes one group commit runs in
 // one transaction; more waiting writers go to the next group.
 const MaxGroup = 256
@@ -38,10 +42,12 @@ type committer struct {
 	mu      sync.Mutex
 	pending []*groupOp
 	leading bool
-	// contended is whether writers waited for the last group: then the
-	// next one is a transaction even if it starts with one write.
-	contended bool
-	commits   atomic.Int64 // transactions committed by groups (for tests)
+	// busy is whether the last group released more than one writer or
+	// others waited for it; lone counts the groups of one with nobody
+	// waiting since the last busy one.
+	busy    bool
+	lone    int
+	commits atomic.Int64 // transactions committed by groups (for tests)
 }
 
 // submit runs op in a group commit and returns when op's own outcome is
@@ -103,13 +109,20 @@ func (g *committer) handOff() {
 // transaction runs, up to MaxGroup.
 func (db *DB) lead(self *groupOp) {
 	g := &db.group
-	// The writers the last group released (or any other writer) may be
-	// runnable but not yet run: the goroutine that leads never blocks
-	// before it commits, so on a busy machine it would otherwise run
-	// group after group of one while they wait for the CPU. Letting them
-	// run first lets them join this group. With nothing else to run this
-	// costs well under a microsecond.
-	runtime.Gosched()
+	g.mu.Lock()
+	yield := g.busy || g.lone%loneYield == loneYield-1
+	g.mu.Unlock()
+	if yield {
+		// The writers the last group released may be runnable but not
+		// yet run: the goroutine that leads never blocks before it
+		// commits, so on a busy machine (or with one P) it would run
+		// group after group of one while they wait for the CPU until the
+		// scheduler preempts it (10 ms). Letting them run first lets them
+		// join this group. A lone writer yields only every loneYield-th
+		// group, so other writers that were never released by a group
+		// (new ones) wait that long at most.
+		runtime.Gosched()
+	}
 	release, err := db.lock.acquire(self.ctx, db.log)
 	g.mu.Lock()
 	if err != nil {
@@ -129,10 +142,16 @@ func (db *DB) lead(self *groupOp) {
 	release()
 
 	g.mu.Lock()
-	// Writers that waited for this group mean more are likely to come: the
-	// next group runs as a transaction even if it starts with one write, so
-	// that those arriving while it runs can join it.
-	g.contended = len(g.pending) > 0
+	// Writers that waited for this group, or that it released, are likely
+	// to come back: the next group yields to them first and runs as a
+	// transaction even if it starts with one write, so that those arriving
+	// while it runs can join it.
+	g.busy = len(batch) > 1 || len(g.pending) > 0
+	if g.busy {
+		g.lone = 0
+	} else {
+		g.lone++
+	}
 	g.handOff()
 	g.mu.Unlock()
 	for _, op := range batch {
@@ -170,7 +189,7 @@ func (db *DB) runGroup(batch []*groupOp) []*groupOp {
 		return batch // writers that came meanwhile wait for the next leader
 	}
 	db.group.mu.Lock()
-	lone := len(live) == 1 && len(db.group.pending) == 0 && !db.group.contended
+	lone := len(live) == 1 && len(db.group.pending) == 0 && !db.group.busy
 	db.group.mu.Unlock()
 	if lone {
 		op := live[0]
@@ -311,3 +330,11 @@ func (r result) RowsAffected() (int64, error) { return r.n, r.nErr }
 // GroupCommits is how many transactions Exec and WriteRow have committed on
 // this handle: with writers waiting on each other, fewer than their calls.
 func (db *DB) GroupCommits() int64 { return db.group.commits.Load() }
+
+// GroupPending is how many writers of this handle wait for the next group
+// commit (for tests that hold the write lock until writers queue).
+func (db *DB) GroupPending() int {
+	db.group.mu.Lock()
+	defer db.group.mu.Unlock()
+	return len(db.group.pending)
+}
