@@ -18,13 +18,15 @@ const loneYield = 8
 // one transaction; more waiting writers go to the next group.
 const MaxGroup = 256
 
-// groupOp is one single-statement write (Exec or WriteRow) waiting for, or
+// groupOp is one write (Exec, WriteRow or WriteGroup) waiting for, or
 // running in, a group commit.
 type groupOp struct {
 	ctx   context.Context
 	query string
 	args  []any
-	dest  []any // WriteRow: the first row is scanned into dest; nil for Exec
+	dest  []any           // WriteRow: the first row is scanned into dest; nil for Exec
+	fn    func(*Tx) error // WriteGroup: runs in a savepoint of its own
+	panic any             // what fn panicked with, re-panicked in its caller
 	res   sql.Result
 	err   error
 	done  chan struct{} // closed when res and err are final
@@ -191,6 +193,11 @@ func (db *DB) runGroup(batch []*groupOp) []*groupOp {
 	db.group.mu.Lock()
 	lone := len(live) == 1 && len(db.group.pending) == 0 && !db.group.busy
 	db.group.mu.Unlock()
+	if lone && live[0].fn != nil {
+		op := live[0]
+		op.err = db.fsErr(db.runLoneFn(op))
+		return batch
+	}
 	if lone {
 		op := live[0]
 		st, err := db.stmt(op.ctx, op.query)
@@ -269,7 +276,11 @@ func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error)
 			}
 		}
 		op := live[i]
-		st, err := db.stmt(ctx, op.query)
+		var st *sql.Stmt
+		var err error
+		if op.fn == nil {
+			st, err = db.stmt(ctx, op.query)
+		}
 		if err == nil {
 			err = db.runOp(op, st)
 		}
@@ -293,10 +304,30 @@ func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error)
 
 // runOp runs op's statement once, setting op.res or scanning into op.dest.
 // sql.ErrNoRows (a WriteRow that changed nothing) is op's outcome, not a
-// failed statement.
+// failed statement. A WriteGroup's fn runs in a savepoint: when it fails
+// (or panics) it is rolled back to there and fails alone, and runOp
+// returns nil; an error of the savepoint statements themselves is
+// returned.
 func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 	ctx := context.WithoutCancel(op.ctx)
-	op.res, op.err = nil, nil
+	op.res, op.err, op.panic = nil, nil, nil
+	if op.fn != nil {
+		if err := db.execStmt(ctx, "SAVEPOINT lc_group"); err != nil {
+			return err
+		}
+		ferr := db.callFn(op, &Tx{db: db, grouped: true})
+		if ferr == nil {
+			return db.execStmt(ctx, "RELEASE lc_group")
+		}
+		if err := db.execStmt(ctx, "ROLLBACK TO lc_group"); err != nil {
+			return err
+		}
+		if err := db.execStmt(ctx, "RELEASE lc_group"); err != nil {
+			return err
+		}
+		op.err = db.fsErr(ferr)
+		return nil
+	}
 	if op.dest != nil {
 		// Scan closes the row, which ends the statement.
 		op.err = st.QueryRowContext(ctx, op.args...).Scan(op.dest...)
@@ -337,4 +368,75 @@ func (db *DB) GroupPending() int {
 	db.group.mu.Lock()
 	defer db.group.mu.Unlock()
 	return len(db.group.pending)
+}
+
+// errPanicked is the error of a WriteGroup whose fn panicked; its caller
+// panics again with the value.
+var errPanicked = errors.New("write function panicked")
+
+// callFn runs op.fn, turning a panic into errPanicked (the value kept in
+// op.panic) so that it ends only op's write, in op's own goroutine.
+func (db *DB) callFn(op *groupOp, tx *Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			op.panic = r
+			err = errPanicked
+		}
+	}()
+	return op.fn(tx)
+}
+
+// runLoneFn runs a WriteGroup with nobody else writing: as Write does,
+// in a transaction of its own.
+func (db *DB) runLoneFn(op *groupOp) error {
+	op.panic = nil
+	done := false
+	defer func() {
+		if !done {
+			db.rollback()
+		}
+	}()
+	if err := db.begin(op.ctx); err != nil {
+		return err
+	}
+	if err := db.callFn(op, &Tx{db: db}); err != nil {
+		return err
+	}
+	if err := db.execStmt(context.WithoutCancel(op.ctx), "COMMIT"); err != nil {
+		return err
+	}
+	done = true
+	db.group.commits.Add(1)
+	db.ckpt.committed()
+	return nil
+}
+
+// execStmt runs a statement without arguments, prepared once, on the
+// writer connection. Only called with the write lock held.
+func (db *DB) execStmt(ctx context.Context, query string) error {
+	st, err := db.stmt(ctx, query)
+	if err == nil {
+		_, err = st.ExecContext(ctx)
+	}
+	return err
+}
+
+// WriteGroup is Write for a short fn that may run more than once: it
+// joins a group commit like Exec when other writers of the handle wait.
+// In a group fn runs in a savepoint of its own, so a fn that fails (or
+// panics) is rolled back alone and the others commit; fn runs again when
+// the group's transaction is run again without another writer's failed
+// statement, so it must only set its results, not add to them. Its
+// statements are not interrupted by ctx (an interrupt would end the whole
+// group's transaction); a ctx that ends before fn runs fails it.
+func (db *DB) WriteGroup(ctx context.Context, fn func(tx *Tx) error) error {
+	if db.ro {
+		return ErrReadOnly
+	}
+	op := &groupOp{ctx: ctx, fn: fn}
+	db.submit(op)
+	if op.panic != nil {
+		panic(op.panic)
+	}
+	return op.err
 }

@@ -306,3 +306,94 @@ func TestGroupCommitOneProc(t *testing.T) {
 		t.Fatalf("%d writes of %d goroutines took %d transactions (%.2f writes each), want at least 4 each", writers*each, writers, commits, per)
 	}
 }
+
+// WriteGroup's functions join a group with one-statement writes; one that
+// fails or panics is rolled back alone, in its own caller, and the others
+// commit in the one transaction.
+func TestGroupCommitWriteGroup(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	before := db.group.commits.Load()
+	const n = 6
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	var panicked any
+	insert2 := func(tx *Tx, k string) error {
+		for j := range 2 {
+			if _, err := tx.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint(k, "-", j), j); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	bad := errors.New("fn failed")
+	for i := range n {
+		wg.Go(func() {
+			switch i {
+			case 0, 1:
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error { return insert2(tx, fmt.Sprint("w", i)) })
+			case 2: // writes, then fails: nothing of it stays
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if err := insert2(tx, "failed"); err != nil {
+						return err
+					}
+					return bad
+				})
+			case 3: // writes, then panics in its caller only
+				defer func() { panicked = recover() }()
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if err := insert2(tx, "panicked"); err != nil {
+						return err
+					}
+					panic("boom")
+				})
+			default:
+				_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint("e", i), i)
+			}
+		})
+	}
+	wg.Wait()
+	<-hold
+	for i, err := range errs {
+		switch {
+		case i == 2 && !errors.Is(err, bad):
+			t.Fatalf("failing fn: %v, want its own error", err)
+		case i != 2 && err != nil:
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if panicked != "boom" {
+		t.Fatalf("panicking fn: recovered %v in its caller, want boom", panicked)
+	}
+	if got := db.group.commits.Load() - before; got != 1 {
+		t.Fatalf("%d waiting writers took %d transactions, want 1", n, got)
+	}
+	var count, gone int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 2*2+2 {
+		t.Fatalf("rows: %d, %v; want %d", count, err, 2*2+2)
+	}
+	if err := db.R.QueryRow(`SELECT count(*) FROM t WHERE k LIKE 'failed-%' OR k LIKE 'panicked-%'`).Scan(&gone); err != nil || gone != 0 {
+		t.Fatalf("rows of the failed and panicked functions: %d, %v; want none", gone, err)
+	}
+	// Alone, a WriteGroup is a transaction of its own.
+	if err := db.WriteGroup(ctx, func(tx *Tx) error { return insert2(tx, "alone") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.WriteGroup(ctx, func(tx *Tx) error {
+		if err := insert2(tx, "alone-failed"); err != nil {
+			return err
+		}
+		return bad
+	}); !errors.Is(err, bad) {
+		t.Fatalf("lone failing fn: %v", err)
+	}
+	if err := db.R.QueryRow(`SELECT count(*) FROM t WHERE k LIKE 'alone%'`).Scan(&count); err != nil || count != 2 {
+		t.Fatalf("rows of the lone functions: %d, %v; want 2", count, err)
+	}
+}

@@ -341,11 +341,19 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 	}
 	var msgs []Message
 	var moves []move
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+	claim := func(tx *sqlstore.Tx) error {
 		var err error
 		msgs, moves, err = q.claim(ctx, tx, q.now(), max, lease)
 		return err
-	})
+	}
+	var err error
+	if q.dead.set {
+		// A claim that begins moves stays a transaction of its own.
+		err = q.db.Write(ctx, claim)
+	} else {
+		// The claim only sets msgs, so it may join a group commit.
+		err = q.db.WriteGroup(ctx, claim)
+	}
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
