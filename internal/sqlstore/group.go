@@ -306,8 +306,8 @@ func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error)
 // sql.ErrNoRows (a WriteRow that changed nothing) is op's outcome, not a
 // failed statement. A WriteGroup's fn runs in a savepoint: when it fails
 // (or panics) it is rolled back to there and fails alone, and runOp
-// returns nil; an error of the savepoint statements themselves is
-// returned.
+// returns nil; when the savepoint is gone with the transaction, fn's
+// error is returned.
 func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 	ctx := context.WithoutCancel(op.ctx)
 	op.res, op.err, op.panic = nil, nil, nil
@@ -319,11 +319,14 @@ func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 		if ferr == nil {
 			return db.execStmt(ctx, "RELEASE lc_group")
 		}
+		// When these fail, fn's failure ended the whole transaction (SQLite
+		// rolls back on some errors, such as a full disk): the group is
+		// run again without op, which fails with fn's own error.
 		if err := db.execStmt(ctx, "ROLLBACK TO lc_group"); err != nil {
-			return err
+			return ferr
 		}
 		if err := db.execStmt(ctx, "RELEASE lc_group"); err != nil {
-			return err
+			return ferr
 		}
 		op.err = db.fsErr(ferr)
 		return nil

@@ -397,3 +397,50 @@ func TestGroupCommitWriteGroup(t *testing.T) {
 		t.Fatalf("rows of the lone functions: %d, %v; want 2", count, err)
 	}
 }
+
+// A WriteGroup function whose failure ended the whole transaction (SQLite
+// rolls back on some errors, such as a full disk; here the function ends
+// it itself) gets its own error, not that of the lost savepoint, and the
+// other writers of the group are run again and commit.
+func TestGroupCommitWriteGroupEndsTransaction(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	const n = 3
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	bad := errors.New("fn failed after the transaction ended")
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			if i == 1 {
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if _, err := tx.Exec(ctx, `ROLLBACK`); err != nil {
+						return err
+					}
+					return bad
+				})
+				return
+			}
+			_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint("r", i), i)
+		})
+	}
+	wg.Wait()
+	<-hold
+	if !errors.Is(errs[1], bad) {
+		t.Fatalf("function that ended the transaction: %v, want its own error", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil {
+			t.Fatalf("writer %d: %v", i, errs[i])
+		}
+	}
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 2 {
+		t.Fatalf("rows: %d, %v; want 2", count, err)
+	}
+}
