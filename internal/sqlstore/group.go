@@ -4,22 +4,29 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 )
 
+// loneYield is how often (every how many groups) a writer that finds
+// nobody else writing lets other goroutines run before it leads.
+const loneYield = 8
+
 // MaxGroup is the most single-statement writes one group commit runs in
 // one transaction; more waiting writers go to the next group.
 const MaxGroup = 256
 
-// groupOp is one single-statement write (Exec or WriteRow) waiting for, or
+// groupOp is one write (Exec, WriteRow or WriteGroup) waiting for, or
 // running in, a group commit.
 type groupOp struct {
 	ctx   context.Context
 	query string
 	args  []any
-	dest  []any // WriteRow: the first row is scanned into dest; nil for Exec
+	dest  []any           // WriteRow: the first row is scanned into dest; nil for Exec
+	fn    func(*Tx) error // WriteGroup: runs in a savepoint of its own
+	panic any             // what fn panicked with, re-panicked in its caller
 	res   sql.Result
 	err   error
 	done  chan struct{} // closed when res and err are final
@@ -37,6 +44,11 @@ type committer struct {
 	mu      sync.Mutex
 	pending []*groupOp
 	leading bool
+	// busy is whether the last group released more than one writer or
+	// others waited for it; lone counts the groups of one with nobody
+	// waiting since the last busy one.
+	busy    bool
+	lone    int
 	commits atomic.Int64 // transactions committed by groups (for tests)
 }
 
@@ -95,9 +107,24 @@ func (g *committer) handOff() {
 }
 
 // lead runs one group: self (first of pending) and every writer waiting
-// behind it when the write lock is taken, up to MaxGroup.
+// behind it when the write lock is taken, plus those that arrive while its
+// transaction runs, up to MaxGroup.
 func (db *DB) lead(self *groupOp) {
 	g := &db.group
+	g.mu.Lock()
+	yield := g.busy || g.lone%loneYield == loneYield-1
+	g.mu.Unlock()
+	if yield {
+		// The writers the last group released may be runnable but not
+		// yet run: the goroutine that leads never blocks before it
+		// commits, so on a busy machine (or with one P) it would run
+		// group after group of one while they wait for the CPU until the
+		// scheduler preempts it (10 ms). Letting them run first lets them
+		// join this group. A lone writer yields only every loneYield-th
+		// group, so other writers that were never released by a group
+		// (new ones) wait that long at most.
+		runtime.Gosched()
+	}
 	release, err := db.lock.acquire(self.ctx, db.log)
 	g.mu.Lock()
 	if err != nil {
@@ -110,15 +137,23 @@ func (db *DB) lead(self *groupOp) {
 		close(self.done)
 		return
 	}
-	n := min(len(g.pending), MaxGroup)
-	batch := slices.Clone(g.pending[:n])
-	g.pending = slices.Delete(g.pending, 0, n)
+	batch := g.take(nil)
 	g.mu.Unlock()
 
-	db.runGroup(batch)
+	batch = db.runGroup(batch)
 	release()
 
 	g.mu.Lock()
+	// Writers that waited for this group, or that it released, are likely
+	// to come back: the next group yields to them first and runs as a
+	// transaction even if it starts with one write, so that those arriving
+	// while it runs can join it.
+	g.busy = len(batch) > 1 || len(g.pending) > 0
+	if g.busy {
+		g.lone = 0
+	} else {
+		g.lone++
+	}
 	g.handOff()
 	g.mu.Unlock()
 	for _, op := range batch {
@@ -126,23 +161,44 @@ func (db *DB) lead(self *groupOp) {
 	}
 }
 
-// runGroup runs batch under the write lock. One write runs on its own
-// (autocommit), exactly as without grouping, so a lone writer pays
-// nothing. Several run in one BEGIN IMMEDIATE transaction: when a
-// statement fails, that write fails alone and the transaction is rolled
-// back and run again without it.
-func (db *DB) runGroup(batch []*groupOp) {
-	live := batch[:0:0]
-	for _, op := range batch {
-		// A writer whose ctx ended before its statement ran gets ctx's
-		// error and nothing of it happens.
-		if err := op.ctx.Err(); err != nil {
-			op.err = err
-			continue
-		}
-		live = append(live, op)
+// take moves pending writers into batch, up to MaxGroup in all. Called
+// with g.mu held.
+func (g *committer) take(batch []*groupOp) []*groupOp {
+	n := min(len(g.pending), MaxGroup-len(batch))
+	if n <= 0 {
+		return batch
 	}
-	if len(live) == 1 {
+	batch = append(batch, g.pending[:n]...)
+	g.pending = slices.Delete(g.pending, 0, n)
+	return batch
+}
+
+// runGroup runs batch under the write lock and returns it with the writers
+// that joined while it ran. One write with nobody waiting before it runs
+// on its own (autocommit), exactly as without grouping, so a lone writer
+// pays nothing. Otherwise the writes run in one BEGIN IMMEDIATE
+// transaction, which takes in the writers that arrive while it runs: when
+// a statement fails, that write fails alone and the transaction is rolled
+// back and run again without it.
+func (db *DB) runGroup(batch []*groupOp) []*groupOp {
+	live := make([]*groupOp, 0, len(batch))
+	for _, op := range batch {
+		if ready(op) {
+			live = append(live, op)
+		}
+	}
+	if len(live) == 0 {
+		return batch // writers that came meanwhile wait for the next leader
+	}
+	db.group.mu.Lock()
+	lone := len(live) == 1 && len(db.group.pending) == 0 && !db.group.busy
+	db.group.mu.Unlock()
+	if lone && live[0].fn != nil {
+		op := live[0]
+		op.err = db.fsErr(db.runLoneFn(op))
+		return batch
+	}
+	if lone {
 		op := live[0]
 		st, err := db.stmt(op.ctx, op.query)
 		if err == nil {
@@ -153,32 +209,46 @@ func (db *DB) runGroup(batch []*groupOp) {
 			db.ckpt.committed()
 		}
 		op.err = db.fsErr(err)
-		return
+		return batch
 	}
-	for len(live) > 0 {
-		failed, err := db.runTx(live)
+	for {
+		var failed int
+		var err error
+		batch, live, failed, err = db.runTx(batch, live)
 		if failed < 0 {
 			for _, op := range live {
 				if err != nil {
 					op.res, op.err = nil, err
 				}
 			}
-			if err == nil {
+			if err == nil && len(live) > 0 {
 				db.group.commits.Add(1)
 				db.ckpt.committed()
 			}
-			return
+			return batch
 		}
 		live[failed].res, live[failed].err = nil, err
 		live = slices.Delete(live, failed, failed+1)
 	}
 }
 
-// runTx runs ops in one transaction and commits it. It returns the index
-// of the op whose statement failed (the transaction is then rolled back)
-// and that op's error, or -1 and the error of BEGIN or COMMIT that failed
-// every op (nil: all committed).
-func (db *DB) runTx(ops []*groupOp) (int, error) {
+// ready reports whether op is to run: a writer whose ctx ended before its
+// statement ran gets ctx's error and nothing of it happens.
+func ready(op *groupOp) bool {
+	if err := op.ctx.Err(); err != nil {
+		op.err = err
+		return false
+	}
+	return true
+}
+
+// runTx runs live in one transaction and commits it; writers that wait
+// when the statements of live have run join it (they are added to batch
+// and live) until MaxGroup. It returns the index in live of the op whose
+// statement failed (the transaction is then rolled back) and that op's
+// error, or -1 and the error of BEGIN or COMMIT that failed every op (nil:
+// all committed).
+func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error) {
 	done := false
 	defer func() {
 		if !done {
@@ -187,34 +257,80 @@ func (db *DB) runTx(ops []*groupOp) (int, error) {
 	}()
 	ctx := context.Background()
 	if err := db.begin(ctx); err != nil {
-		return -1, db.fsErr(err)
+		return batch, live, -1, db.fsErr(err)
 	}
-	for i, op := range ops {
-		st, err := db.stmt(ctx, op.query)
+	g := &db.group
+	for i := 0; ; i++ {
+		if i == len(live) {
+			g.mu.Lock()
+			n := len(batch)
+			batch = g.take(batch)
+			g.mu.Unlock()
+			for _, op := range batch[n:] {
+				if ready(op) {
+					live = append(live, op)
+				}
+			}
+			if i == len(live) {
+				break
+			}
+		}
+		op := live[i]
+		var st *sql.Stmt
+		var err error
+		if op.fn == nil {
+			st, err = db.stmt(ctx, op.query)
+		}
 		if err == nil {
 			err = db.runOp(op, st)
 		}
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return i, db.fsErr(err)
+			return batch, live, i, db.fsErr(err)
 		}
+	}
+	if len(live) == 0 {
+		return batch, live, -1, nil // rolled back: nothing to commit
 	}
 	commit, err := db.stmt(ctx, "COMMIT")
 	if err == nil {
 		_, err = commit.ExecContext(ctx)
 	}
 	if err != nil {
-		return -1, db.fsErr(err)
+		return batch, live, -1, db.fsErr(err)
 	}
 	done = true
-	return -1, nil
+	return batch, live, -1, nil
 }
 
 // runOp runs op's statement once, setting op.res or scanning into op.dest.
 // sql.ErrNoRows (a WriteRow that changed nothing) is op's outcome, not a
-// failed statement.
+// failed statement. A WriteGroup's fn runs in a savepoint: when it fails
+// (or panics) it is rolled back to there and fails alone, and runOp
+// returns nil; when the savepoint is gone with the transaction, fn's
+// error is returned.
 func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 	ctx := context.WithoutCancel(op.ctx)
-	op.res, op.err = nil, nil
+	op.res, op.err, op.panic = nil, nil, nil
+	if op.fn != nil {
+		if err := db.execStmt(ctx, "SAVEPOINT lc_group"); err != nil {
+			return err
+		}
+		ferr := db.callFn(op, &Tx{db: db, grouped: true})
+		if ferr == nil {
+			return db.execStmt(ctx, "RELEASE lc_group")
+		}
+		// When these fail, fn's failure ended the whole transaction (SQLite
+		// rolls back on some errors, such as a full disk): the group is
+		// run again without op, which fails with fn's own error.
+		if err := db.execStmt(ctx, "ROLLBACK TO lc_group"); err != nil {
+			return ferr
+		}
+		if err := db.execStmt(ctx, "RELEASE lc_group"); err != nil {
+			return ferr
+		}
+		op.err = db.fsErr(ferr)
+		return nil
+	}
 	if op.dest != nil {
 		// Scan closes the row, which ends the statement.
 		op.err = st.QueryRowContext(ctx, op.args...).Scan(op.dest...)
@@ -248,3 +364,82 @@ func (r result) RowsAffected() (int64, error) { return r.n, r.nErr }
 // GroupCommits is how many transactions Exec and WriteRow have committed on
 // this handle: with writers waiting on each other, fewer than their calls.
 func (db *DB) GroupCommits() int64 { return db.group.commits.Load() }
+
+// GroupPending is how many writers of this handle wait for the next group
+// commit (for tests that hold the write lock until writers queue).
+func (db *DB) GroupPending() int {
+	db.group.mu.Lock()
+	defer db.group.mu.Unlock()
+	return len(db.group.pending)
+}
+
+// errPanicked is the error of a WriteGroup whose fn panicked; its caller
+// panics again with the value.
+var errPanicked = errors.New("write function panicked")
+
+// callFn runs op.fn, turning a panic into errPanicked (the value kept in
+// op.panic) so that it ends only op's write, in op's own goroutine.
+func (db *DB) callFn(op *groupOp, tx *Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			op.panic = r
+			err = errPanicked
+		}
+	}()
+	return op.fn(tx)
+}
+
+// runLoneFn runs a WriteGroup with nobody else writing: as Write does,
+// in a transaction of its own.
+func (db *DB) runLoneFn(op *groupOp) error {
+	op.panic = nil
+	done := false
+	defer func() {
+		if !done {
+			db.rollback()
+		}
+	}()
+	if err := db.begin(op.ctx); err != nil {
+		return err
+	}
+	if err := db.callFn(op, &Tx{db: db}); err != nil {
+		return err
+	}
+	if err := db.execStmt(context.WithoutCancel(op.ctx), "COMMIT"); err != nil {
+		return err
+	}
+	done = true
+	db.group.commits.Add(1)
+	db.ckpt.committed()
+	return nil
+}
+
+// execStmt runs a statement without arguments, prepared once, on the
+// writer connection. Only called with the write lock held.
+func (db *DB) execStmt(ctx context.Context, query string) error {
+	st, err := db.stmt(ctx, query)
+	if err == nil {
+		_, err = st.ExecContext(ctx)
+	}
+	return err
+}
+
+// WriteGroup is Write for a short fn that may run more than once: it
+// joins a group commit like Exec when other writers of the handle wait.
+// In a group fn runs in a savepoint of its own, so a fn that fails (or
+// panics) is rolled back alone and the others commit; fn runs again when
+// the group's transaction is run again without another writer's failed
+// statement, so it must only set its results, not add to them. Its
+// statements are not interrupted by ctx (an interrupt would end the whole
+// group's transaction); a ctx that ends before fn runs fails it.
+func (db *DB) WriteGroup(ctx context.Context, fn func(tx *Tx) error) error {
+	if db.ro {
+		return ErrReadOnly
+	}
+	op := &groupOp{ctx: ctx, fn: fn}
+	db.submit(op)
+	if op.panic != nil {
+		panic(op.panic)
+	}
+	return op.err
+}

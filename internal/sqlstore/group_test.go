@@ -3,12 +3,16 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"modernc.org/sqlite"
 )
 
 // holdWriteLock runs a Write that keeps the write lock until n writers wait
@@ -196,5 +200,247 @@ func TestGroupCommitCancelledWaiter(t *testing.T) {
 		if i != 2 && err != nil {
 			t.Fatalf("writer %d: %v", i, err)
 		}
+	}
+}
+
+// midGroupDB is the handle whose group lc_test_wait_pending looks at; called
+// is closed when that function first runs.
+var (
+	midGroupDB     *DB
+	midGroupCalled chan struct{}
+	registerWait   sync.Once
+)
+
+// registerWaitPending registers lc_test_wait_pending(n), which blocks the
+// statement calling it until n writers wait in midGroupDB's group.
+func registerWaitPending(t *testing.T) {
+	registerWait.Do(func() {
+		sqlite.MustRegisterScalarFunction("lc_test_wait_pending", 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			n, _ := args[0].(int64)
+			close(midGroupCalled)
+			return n, waitPending(midGroupDB, int(n))
+		})
+	})
+}
+
+// Writers that arrive while a group's transaction runs join it: the group
+// takes them in before it commits instead of leaving them for the next one.
+func TestGroupCommitJoinsWritersArrivingMidGroup(t *testing.T) {
+	registerWaitPending(t)
+	ctx := context.Background()
+	db := openRaw(t)
+	midGroupDB, midGroupCalled = db, make(chan struct{})
+	before := db.group.commits.Load()
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, 2)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	exec := func(i int, query string) {
+		wg.Go(func() {
+			_, errs[i] = db.Exec(ctx, query, fmt.Sprint("m", i), i)
+		})
+	}
+	// The first group: two writers, one of which waits in its statement
+	// until three more writers wait.
+	exec(0, `INSERT INTO t (k, v, n) VALUES (?, x'01', ? + lc_test_wait_pending(3) - 3)`)
+	exec(1, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`)
+	<-hold
+	select {
+	case <-midGroupCalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first group's statement did not run")
+	}
+	for i := 2; i < 5; i++ {
+		exec(i, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if got := db.group.commits.Load() - before; got != 1 {
+		t.Fatalf("5 writers, 3 of them arriving while the group ran, took %d transactions, want 1", got)
+	}
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 5 {
+		t.Fatalf("rows: %d, %v; want 5", count, err)
+	}
+}
+
+// With one P (a machine whose other cores are busy) the goroutine that
+// leads a group never blocks before it commits; the writers the last group
+// released still join the next group instead of waiting for the CPU while
+// it runs group after group of one.
+func TestGroupCommitOneProc(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	db := openRaw(t)
+	const writers, each = 8, 100
+	before := db.group.commits.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint(g, "-", i), i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	commits := db.group.commits.Load() - before
+	per := float64(writers*each) / float64(commits)
+	t.Logf("%d writes, %d transactions: %.2f writes each", writers*each, commits, per)
+	if per < 4 {
+		t.Fatalf("%d writes of %d goroutines took %d transactions (%.2f writes each), want at least 4 each", writers*each, writers, commits, per)
+	}
+}
+
+// WriteGroup's functions join a group with one-statement writes; one that
+// fails or panics is rolled back alone, in its own caller, and the others
+// commit in the one transaction.
+func TestGroupCommitWriteGroup(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	before := db.group.commits.Load()
+	const n = 6
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	var panicked any
+	insert2 := func(tx *Tx, k string) error {
+		for j := range 2 {
+			if _, err := tx.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint(k, "-", j), j); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	bad := errors.New("fn failed")
+	for i := range n {
+		wg.Go(func() {
+			switch i {
+			case 0, 1:
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error { return insert2(tx, fmt.Sprint("w", i)) })
+			case 2: // writes, then fails: nothing of it stays
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if err := insert2(tx, "failed"); err != nil {
+						return err
+					}
+					return bad
+				})
+			case 3: // writes, then panics in its caller only
+				defer func() { panicked = recover() }()
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if err := insert2(tx, "panicked"); err != nil {
+						return err
+					}
+					panic("boom")
+				})
+			default:
+				_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint("e", i), i)
+			}
+		})
+	}
+	wg.Wait()
+	<-hold
+	for i, err := range errs {
+		switch {
+		case i == 2 && !errors.Is(err, bad):
+			t.Fatalf("failing fn: %v, want its own error", err)
+		case i != 2 && err != nil:
+			t.Fatalf("writer %d: %v", i, err)
+		}
+	}
+	if panicked != "boom" {
+		t.Fatalf("panicking fn: recovered %v in its caller, want boom", panicked)
+	}
+	if got := db.group.commits.Load() - before; got != 1 {
+		t.Fatalf("%d waiting writers took %d transactions, want 1", n, got)
+	}
+	var count, gone int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 2*2+2 {
+		t.Fatalf("rows: %d, %v; want %d", count, err, 2*2+2)
+	}
+	if err := db.R.QueryRow(`SELECT count(*) FROM t WHERE k LIKE 'failed-%' OR k LIKE 'panicked-%'`).Scan(&gone); err != nil || gone != 0 {
+		t.Fatalf("rows of the failed and panicked functions: %d, %v; want none", gone, err)
+	}
+	// Alone, a WriteGroup is a transaction of its own.
+	if err := db.WriteGroup(ctx, func(tx *Tx) error { return insert2(tx, "alone") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.WriteGroup(ctx, func(tx *Tx) error {
+		if err := insert2(tx, "alone-failed"); err != nil {
+			return err
+		}
+		return bad
+	}); !errors.Is(err, bad) {
+		t.Fatalf("lone failing fn: %v", err)
+	}
+	if err := db.R.QueryRow(`SELECT count(*) FROM t WHERE k LIKE 'alone%'`).Scan(&count); err != nil || count != 2 {
+		t.Fatalf("rows of the lone functions: %d, %v; want 2", count, err)
+	}
+}
+
+// A WriteGroup function whose failure ended the whole transaction (SQLite
+// rolls back on some errors, such as a full disk; here the function ends
+// it itself) gets its own error, not that of the lost savepoint, and the
+// other writers of the group are run again and commit.
+func TestGroupCommitWriteGroupEndsTransaction(t *testing.T) {
+	ctx := context.Background()
+	db := openRaw(t)
+	const n = 3
+	hold := make(chan struct{})
+	go func() {
+		defer close(hold)
+		holdWriteLock(t, db, n)
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Write take the lock first
+	bad := errors.New("fn failed after the transaction ended")
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			if i == 1 {
+				errs[i] = db.WriteGroup(ctx, func(tx *Tx) error {
+					if _, err := tx.Exec(ctx, `ROLLBACK`); err != nil {
+						return err
+					}
+					return bad
+				})
+				return
+			}
+			_, errs[i] = db.Exec(ctx, `INSERT INTO t (k, v, n) VALUES (?, x'01', ?)`, fmt.Sprint("r", i), i)
+		})
+	}
+	wg.Wait()
+	<-hold
+	if !errors.Is(errs[1], bad) {
+		t.Fatalf("function that ended the transaction: %v, want its own error", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil {
+			t.Fatalf("writer %d: %v", i, errs[i])
+		}
+	}
+	var count int
+	if err := db.R.QueryRow(`SELECT count(*) FROM t`).Scan(&count); err != nil || count != 2 {
+		t.Fatalf("rows: %d, %v; want 2", count, err)
 	}
 }

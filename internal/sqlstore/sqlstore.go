@@ -567,10 +567,22 @@ func (db *DB) markerResult(found string, err error) error {
 // Tx is a write transaction (BEGIN IMMEDIATE) on the writer connection.
 type Tx struct {
 	db *DB
+	// grouped: the transaction is a group commit's (WriteGroup), which
+	// ctx must not interrupt: SQLite would roll all of it back.
+	grouped bool
+}
+
+// ctx is the context the statements of t run under.
+func (t *Tx) ctx(ctx context.Context) context.Context {
+	if t.grouped {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // Exec runs a statement, prepared once per store handle.
 func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.db.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -580,6 +592,7 @@ func (t *Tx) Exec(ctx context.Context, query string, args ...any) (sql.Result, e
 
 // Query runs a query inside the transaction.
 func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.db.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -589,6 +602,7 @@ func (t *Tx) Query(ctx context.Context, query string, args ...any) (*sql.Rows, e
 
 // QueryRow runs a one-row query inside the transaction.
 func (t *Tx) QueryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = t.ctx(ctx)
 	st, err := t.db.stmt(ctx, query)
 	if err != nil {
 		// Let Scan report the error.

@@ -15,7 +15,8 @@ import (
 func (q *Queue) sendBatch(ctx context.Context, ps []Payload, delay time.Duration) error {
 	now := q.now().UnixMilli()
 	var lastID int64
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+	// Each run sets lastID anew, so the batch may join a group commit.
+	err := q.db.WriteGroup(ctx, func(tx *sqlstore.Tx) error {
 		for i, p := range ps {
 			id, err := insert(ctx, tx, p, now, delay)
 			if err != nil {

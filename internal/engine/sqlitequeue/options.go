@@ -88,7 +88,8 @@ func (q *Queue) NextDue(ctx context.Context, after time.Time) (next time.Time, o
 // deleted). A stale receipt does not fail the others.
 func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
 	out := make([]driver.AckOutcome, len(receipts))
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+	// Each run sets every outcome, so the acks may join a group commit.
+	err := q.db.WriteGroup(ctx, func(tx *sqlstore.Tx) error {
 		for i, r := range receipts {
 			out[i] = driver.AckGone
 			id, u, ok := parseReceipt(r)

@@ -341,11 +341,19 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 	}
 	var msgs []Message
 	var moves []move
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+	claim := func(tx *sqlstore.Tx) error {
 		var err error
 		msgs, moves, err = q.claim(ctx, tx, q.now(), max, lease)
 		return err
-	})
+	}
+	var err error
+	if q.dead.set {
+		// A claim that begins moves stays a transaction of its own.
+		err = q.db.Write(ctx, claim)
+	} else {
+		// The claim only sets msgs, so it may join a group commit.
+		err = q.db.WriteGroup(ctx, claim)
+	}
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}
@@ -575,9 +583,22 @@ func (q *Queue) Nack(ctx context.Context, receipt string, delay time.Duration) e
 	if !ok {
 		return nil
 	}
+	// Like Ack: the common case, a current receipt, is the spec's update on
+	// its own (a one-statement write, so it joins a group commit); only
+	// when it changes nothing does the transaction below tell a stale
+	// receipt from a message already gone.
+	visibleAt := q.now().UnixMilli() + delayMillis(delay)
+	res, err := q.db.Exec(ctx, stmtNack, id, u, visibleAt)
+	if err != nil {
+		return q.receiptErr(err, "nack", receipt)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		q.notify()
+		return nil
+	}
 	changed := false
-	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
-		res, err := tx.Exec(ctx, stmtNack, id, u, q.now().UnixMilli()+delayMillis(delay))
+	err = q.db.Write(ctx, func(tx *sqlstore.Tx) error {
+		res, err := tx.Exec(ctx, stmtNack, id, u, visibleAt)
 		if err != nil {
 			return err
 		}
