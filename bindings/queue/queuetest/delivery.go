@@ -128,17 +128,21 @@ func testRetryAfter(t *testing.T, h Harness) {
 		calls.Add(1)
 		return queue.RetryAfter(errors.New("not yet"), 7*time.Second)
 	})
-	waitFor(t, "the nack", func() bool { return peekOne(t, q).VisibleAt.After(c.Now()) })
+	// Consume settles what its handlers finished before it returns, so
+	// after stop the message holds its nack, not the claim's lease (a peek
+	// between the claim and the nack sees the lease).
+	waitFor(t, "the handler", func() bool { return calls.Load() == 1 })
+	stop()
 	if got := peekOne(t, q).VisibleAt.Sub(c.Now()); got != 7*time.Second {
 		t.Fatalf("RetryAfter 7s: due in %s", got)
 	}
-	stop()
 	c.Advance(7 * time.Second)
-	consumeUntil(t, q, func(context.Context, queue.Message) error {
+	stop = consumeUntil(t, q, func(context.Context, queue.Message) error {
 		calls.Add(1)
 		return errors.New("again")
 	}, queue.ConsumeRetryDelay(3*time.Second), queue.ConsumeMaxRetryDelay(3*time.Second))
-	waitFor(t, "the second nack", func() bool { return calls.Load() == 2 && peekOne(t, q).VisibleAt.After(c.Now()) })
+	waitFor(t, "the second handler", func() bool { return calls.Load() == 2 })
+	stop()
 	// Attempt 2 would double, but ConsumeMaxRetryDelay caps it at 3s.
 	if got := peekOne(t, q).VisibleAt.Sub(c.Now()); got != 3*time.Second {
 		t.Fatalf("ConsumeRetryDelay/ConsumeMaxRetryDelay 3s: due in %s", got)
