@@ -74,8 +74,10 @@ const maxLastErrorBytes = 1024
 // shows none.
 const lastErrorKeep = 7 * 24 * time.Hour
 
-func (q *jsQueue) errStream() string            { return "LCQE_" + q.name }
-func (q *jsQueue) errSubject(seq uint64) string { return "lcqe." + q.name + "." + strconv.FormatUint(seq, 10) }
+func (q *jsQueue) errStream() string { return "LCQE_" + q.name }
+func (q *jsQueue) errSubject(seq uint64) string {
+	return "lcqe." + q.name + "." + strconv.FormatUint(seq, 10)
+}
 
 // created is the queue stream's creation time as entries record it.
 func (q *jsQueue) created() string {

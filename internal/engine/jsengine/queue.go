@@ -853,7 +853,7 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 				pm.EnqueuedAt = time.UnixMilli(v)
 			}
-			pm.Origin = originOf(m.Header) // deadletter.go
+			pm.Origin = originOf(m.Header)           // deadletter.go
 			pm.LastError = headerLastError(m.Header) // lasterror.go
 			switch {
 			case subj != q.subject: // delayed: due at its schedule
