@@ -269,6 +269,7 @@ func (q *jsQueue) moveOne(ctx context.Context, m *nats.Msg) error {
 	if r := q.takeLastReceipt(d.seq); r != "" {
 		dm.Header.Set(hdrOriginReceipt, r)
 	}
+	q.carryLastError(ctx, m, dm) // lasterror.go
 	if _, err := q.js.PublishMsg(ctx, dm, jetstream.WithExpectStream("LCQ_"+q.dl.dlq)); err != nil {
 		return fmt.Errorf("publish message %d to dead-letter queue %q: %w", d.seq, q.dl.dlq, err)
 	}
@@ -284,6 +285,7 @@ func (q *jsQueue) ackMoved(ctx context.Context, reply string, seq uint64) error 
 	if _, err := q.nc.RequestWithContext(ctx, reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack moved message %d: %w", seq, err)
 	}
+	q.dropLastError(ctx, reply) // lasterror.go
 	q.mu.Lock()
 	delete(q.nacked, seq)
 	q.mu.Unlock()

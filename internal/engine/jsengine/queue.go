@@ -588,6 +588,7 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
+	q.dropLastError(ctx, r.reply) // lasterror.go
 	q.mu.Lock()
 	dl := r.deadline
 	if e, ok := q.extended[s]; ok {
@@ -786,6 +787,9 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.st.Purge(ctx); err != nil {
 		return fmt.Errorf("purge %s: %w", q.stream, err)
 	}
+	if err := q.purgeLastErrors(ctx); err != nil { // lasterror.go
+		return err
+	}
 	q.lastSent.Store(0)
 	if q.replicated {
 		return q.waitPurged(ctx)
@@ -849,7 +853,8 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 				pm.EnqueuedAt = time.UnixMilli(v)
 			}
-			pm.Origin = originOf(m.Header) // deadletter.go
+			pm.Origin = originOf(m.Header)           // deadletter.go
+			pm.LastError = headerLastError(m.Header) // lasterror.go
 			switch {
 			case subj != q.subject: // delayed: due at its schedule
 				if at, ok := strings.CutPrefix(m.Header.Get("Nats-Schedule"), "@at "); ok {
@@ -862,6 +867,9 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 			}
 			out = append(out, pm)
 		}
+	}
+	if err := q.peekLastErrors(ctx, out); err != nil { // lasterror.go
+		return nil, fmt.Errorf("peek %s: %w", q.stream, err)
 	}
 	return out, nil
 }
