@@ -82,6 +82,9 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
 	}
+	if !cfg.ReadOnly {
+		want.Duplicates = duplicatesWindow(cfg.DedupWindow) // dedup.go
+	}
 	st, err := provision(ctx, js, want, cfg.ReadOnly, checkQueueStream)
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
@@ -137,6 +140,8 @@ func checkQueueStream(have, want jetstream.StreamConfig) error {
 		return errors.New("allow_atomic is off, want on")
 	case !have.AllowMsgSchedules:
 		return errors.New("allow_msg_schedules is off, want on")
+	case want.Duplicates != 0 && have.Duplicates != want.Duplicates:
+		return fmt.Errorf("duplicate_window is %s, want %s (the binding's dedupWindow)", have.Duplicates, want.Duplicates)
 	}
 	return nil
 }
