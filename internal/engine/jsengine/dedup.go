@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,26 +43,43 @@ const (
 // reports the same key in process (errCodeDupInProcess).
 const dupConflictWait = 5 * time.Second
 
-// SendDedup is Send with dedup keys, mapped to the server's own dedup: each
-// keyed message carries its key as Nats-Msg-Id, the stream's Duplicates
-// window is the binding's dedup window (Open), and a PubAck marked
-// duplicate means the key was stored within the window, so nothing was
-// added. What the server gives, exactly (docs/ARCHITECTURE.md): the window
-// runs from when the stream stored the first message of the key, on the
-// server's clock; the server keeps the keys in memory and after a restart
-// rebuilds them from the messages still stored, so a key whose message was
-// acked (or whose schedule fired, or that was purged) is forgotten by a
-// server restart. A batch is one atomic batch; if the server refuses it
-// because one of its keys is a duplicate (it does not say which), the
-// messages are sent one at a time, so duplicates are left out but the rest
-// is no longer all-or-none (a retry with the same keys completes it).
+// markerPrefix starts the subject of a queue's dedup markers,
+// "lcqd.<name>": no consumer reads it.
+const markerPrefix = "lcqd."
+
+// SendDedup is Send with dedup keys, on the server's own dedup: the stream's
+// Duplicates window is the binding's dedup window (Open), and each keyed
+// message is published in one atomic batch with a marker that carries the
+// key as Nats-Msg-Id, on the subject "lcqd.<name>" that no consumer reads,
+// with a server TTL of the window (whole seconds, rounded up). The server
+// refuses a batch whose Nats-Msg-Id it has seen within the window (error
+// 10201, storing nothing): that is a duplicate.
+//
+// Why a marker and not the key on the message itself: the server keeps
+// the keys in memory and after a restart rebuilds them from the messages
+// still stored (measured: TestDedupAcrossRestart, TestDedupClusterRestarts);
+// an acked message leaves the work-queue stream, so its key would be
+// forgotten by the next restart of a node that later leads. The marker
+// stays stored for the window, so the key survives restarts.
+//
+// A batch is one atomic batch of all its messages and markers (at most
+// 2 x queue.MaxSendBatch, under the server's 1,000). If the server refuses
+// it for a duplicate (it does not say which), each message is sent again
+// with its own marker: duplicates are left out, but the rest is then not
+// all-or-none (a retry with the same keys completes it).
 func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []string, delay time.Duration) ([]bool, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
 	dup := make([]bool, len(ps))
 	seen := map[string]bool{}
-	var idx []int // the messages to publish: not repeated within this call
+	type unit struct {
+		i    int
+		msgs []*nats.Msg // marker (if keyed), then the message
+	}
+	var units []unit // the messages to publish: not repeated within this call
+	now := time.Now().UnixMilli()
+	var all []*nats.Msg
 	for i := range ps {
 		k := ""
 		if i < len(keys) {
@@ -71,39 +89,36 @@ func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []str
 			dup[i] = true
 			continue
 		}
-		seen[k] = k != ""
-		idx = append(idx, i)
-	}
-	now := time.Now().UnixMilli()
-	msgs := make([]*nats.Msg, len(idx))
-	for j, i := range idx {
-		msgs[j] = q.buildMsg(ps[i], delay, now)
-		if i < len(keys) && keys[i] != "" {
-			msgs[j].Header.Set(jetstream.MsgIDHeader, keys[i])
+		u := unit{i: i}
+		if k != "" {
+			seen[k] = true
+			u.msgs = append(u.msgs, q.marker(k))
 		}
+		u.msgs = append(u.msgs, q.buildMsg(ps[i], delay, now))
+		all = append(all, u.msgs...)
+		units = append(units, u)
 	}
 	var lastSeq uint64
-	if len(msgs) > 1 {
-		ack, err := q.publishBatch(ctx, msgs)
-		var apiErr *jetstream.APIError
+	if len(units) > 1 {
+		ack, err := q.publishAll(ctx, all)
 		switch {
 		case err == nil:
-			lastSeq = ack.Sequence
-			msgs = nil // all stored
-		case errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeBatchHasDup || apiErr.ErrorCode == errCodeDupInProcess):
-			// one at a time below (the batch stored nothing)
-		default:
+			lastSeq, units = ack.Sequence, nil
+		case !isDupErr(err):
 			return nil, err
 		}
 	}
-	for j, m := range msgs {
-		ack, err := q.publishKeyed(ctx, m)
-		if err != nil {
-			return nil, fmt.Errorf("publish message %d of %d to %s: %w", idx[j]+1, len(ps), q.stream, err)
-		}
-		dup[idx[j]] = ack.Duplicate
-		if !ack.Duplicate {
+	for _, u := range units { // one message, or those of a refused batch
+		ack, err := q.publishUnit(ctx, u.msgs)
+		switch {
+		case err == nil:
 			lastSeq = max64(lastSeq, ack.Sequence)
+		case isDupErr(err):
+			dup[u.i] = true
+		case len(ps) > 1:
+			return nil, fmt.Errorf("message %d of %d: %w", u.i+1, len(ps), err)
+		default:
+			return nil, err
 		}
 	}
 	if delay == 0 && lastSeq > 0 {
@@ -113,21 +128,58 @@ func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []str
 	return dup, nil
 }
 
-// publishKeyed publishes one message, retrying (a fresh copy each time, as
-// the client may keep the first) while the server reports its key in
-// process on a cluster: once the other send of the key is applied, the
-// server answers duplicate.
-func (q *jsQueue) publishKeyed(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+// marker is the dedup marker of key: no payload, the key as Nats-Msg-Id,
+// the window (rounded up to whole seconds, the server's TTL unit) as TTL.
+func (q *jsQueue) marker(key string) *nats.Msg {
+	m := nats.NewMsg(markerPrefix + q.name)
+	m.Header.Set(jetstream.MsgIDHeader, key)
+	w := q.dedupWindow
+	if w <= 0 {
+		w = 2 * time.Minute // the server's default window
+	}
+	m.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64((w+time.Second-1)/time.Second), 10)+"s")
+	return m
+}
+
+// isDupErr: the server refused a batch for a Nats-Msg-Id seen within the
+// window (10201), or one whose other send is not applied yet (10158, a
+// cluster; publishUnit retries that one).
+func isDupErr(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeBatchHasDup || apiErr.ErrorCode == errCodeDupInProcess)
+}
+
+// publishAll publishes msgs, one message alone or an atomic batch.
+func (q *jsQueue) publishAll(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
+	if len(msgs) == 1 {
+		ack, err := q.js.PublishMsg(ctx, msgs[0])
+		if err != nil {
+			return nil, fmt.Errorf("publish to %s: %w", q.stream, err)
+		}
+		return ack, nil
+	}
+	return q.publishBatch(ctx, msgs)
+}
+
+// publishUnit publishes one message (with its marker), also again after
+// a refused batch, on fresh copies (without the batch's headers), retrying
+// while the server reports its key in process: once the other send of the
+// key is applied, the server refuses it as a duplicate.
+func (q *jsQueue) publishUnit(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
 	deadline := time.Now().Add(dupConflictWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		c := nats.NewMsg(m.Subject)
-		c.Data = m.Data
-		for k, v := range m.Header {
-			if !strings.HasPrefix(k, "Nats-Batch-") { // left by a refused batch
-				c.Header[k] = append([]string(nil), v...)
+		cp := make([]*nats.Msg, len(msgs))
+		for i, m := range msgs {
+			c := nats.NewMsg(m.Subject)
+			c.Data = m.Data
+			for k, v := range m.Header {
+				if !strings.HasPrefix(k, "Nats-Batch-") { // left by the refused batch
+					c.Header[k] = append([]string(nil), v...)
+				}
 			}
+			cp[i] = c
 		}
-		ack, err := q.js.PublishMsg(ctx, c)
+		ack, err := q.publishAll(ctx, cp)
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeDupInProcess || time.Now().After(deadline) {
 			return ack, err

@@ -386,11 +386,13 @@ func readStream(js jetstream.JetStream, name string) (streamState, error) {
 	if err != nil {
 		return streamState{}, err
 	}
-	info, err := st.Info(ctx)
+	// "*.<queue>": the due subject and the dedup markers' (not messages).
+	queueName := strings.TrimPrefix(name, "LCQ_")
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("*."+queueName))
 	if err != nil {
 		return streamState{}, err
 	}
-	s := streamState{msgs: info.State.Msgs}
+	s := streamState{msgs: info.State.Msgs - info.State.Subjects["lcqd."+queueName]}
 	if info.Cluster != nil {
 		s.leader = info.Cluster.Leader
 		if s.leader != "" {

@@ -74,13 +74,14 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	subject := "lcq." + cfg.Location
 	want := jetstream.StreamConfig{
 		Name:               "LCQ_" + cfg.Location,
-		Subjects:           []string{subject, "lcqs." + cfg.Location + ".>"},
+		Subjects:           []string{subject, "lcqs." + cfg.Location + ".>", markerPrefix + cfg.Location},
 		Retention:          jetstream.WorkQueuePolicy,
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
 		AllowDirect:        false,
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
+		AllowMsgTTL:        true, // the dedup markers' (dedup.go)
 	}
 	if !cfg.ReadOnly {
 		want.Duplicates = duplicatesWindow(cfg.DedupWindow) // dedup.go
@@ -122,7 +123,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
-		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
+		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
@@ -140,6 +141,8 @@ func checkQueueStream(have, want jetstream.StreamConfig) error {
 		return errors.New("allow_atomic is off, want on")
 	case !have.AllowMsgSchedules:
 		return errors.New("allow_msg_schedules is off, want on")
+	case !have.AllowMsgTTL:
+		return errors.New("allow_msg_ttl is off, want on")
 	case want.Duplicates != 0 && have.Duplicates != want.Duplicates:
 		return fmt.Errorf("duplicate_window is %s, want %s (the binding's dedupWindow)", have.Duplicates, want.Duplicates)
 	}
@@ -157,6 +160,8 @@ type jsQueue struct {
 	// replicated: the stream has more than one replica (see waitGone and
 	// Receive).
 	replicated bool
+	// dedupWindow is the stream's duplicates window (dedup.go).
+	dedupWindow time.Duration
 	// lastSent is the stream sequence of this handle's last due send.
 	lastSent atomic.Uint64
 	notifier interface{ MessageDue() }
@@ -878,7 +883,9 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := q.check(false); err != nil {
 		return driver.Stats{}, err
 	}
-	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter(q.subject))
+	// "*.<name>" counts the due subject and the dedup markers' (dedup.go),
+	// which are not messages.
+	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter("*."+q.name))
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("read %s: %w", q.stream, err)
 	}
@@ -886,7 +893,7 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("read consumer of %s: %w", q.stream, err)
 	}
-	total := int64(si.State.Msgs)
+	total := int64(si.State.Msgs) - int64(si.State.Subjects[markerPrefix+q.name])
 	onSubject := int64(si.State.Subjects[q.subject])
 	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
 	due = min(max(due, 0), onSubject)
