@@ -262,3 +262,41 @@ func TestDedupClusterRestarts(t *testing.T) {
 		t.Error("a key sent within the window was forgotten over the restarts")
 	}
 }
+
+// TestDedupSurvivesPurge: Purge removes the messages, not the dedup keys
+// (as on the SQLite engine, whose purge leaves lc_dedup alone), also over a
+// restart of the node.
+func TestDedupSurvivesPurge(t *testing.T) {
+	dir := t.TempDir()
+	srv := startNode(t, 0, dir)
+	port := srv.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, "purged", queue.WithDedupWindow(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if keyedSend(t, q, "a", "k:a") {
+		t.Fatal("first send: a duplicate")
+	}
+	if err := q.Send(ctx, queue.Text("b"), queue.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx); err != nil || st.Total != 0 {
+		t.Fatalf("after the purge: %+v, %v; want nothing left", st, err)
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	startNode(t, port, dir)
+	if !keyedSend(t, q, "a again", "k:a") {
+		t.Fatal("after a purge and a restart the key was forgotten")
+	}
+}

@@ -785,8 +785,12 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.check(true); err != nil {
 		return err
 	}
-	if err := q.st.Purge(ctx); err != nil {
-		return fmt.Errorf("purge %s: %w", q.stream, err)
+	// The messages and the delayed sends, not the dedup markers
+	// (dedup.go): a purge forgets no dedup key, as on the SQLite engine.
+	for _, subj := range []string{q.subject, "lcqs." + q.name + ".>"} {
+		if err := q.st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return fmt.Errorf("purge %s: %w", q.stream, err)
+		}
 	}
 	q.lastSent.Store(0)
 	if q.replicated {
