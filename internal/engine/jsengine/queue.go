@@ -609,19 +609,35 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 // ackSettle bounds waitGone.
 const ackSettle = 5 * time.Second
 
+// readTry bounds one read of the stream in waitGone.
+const readTry = time.Second
+
 // waitGone waits until the stream no longer holds seq. On a replicated
 // stream the ack's reply comes from the consumer's leader before the
 // stream's leader has removed the message (measured: Peek right after an
 // acknowledged ack still showed it); an Ack returns once the removal is
 // visible, so the caller reads its own ack.
+//
+// Each read has its own timeout (readTry) and a failed read is tried again
+// until ackSettle: a read sent while the stream has no leader (an
+// election) is answered by no one, and waited for the caller's whole
+// deadline before (TestAckWhileStreamElects).
 func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
 	deadline := time.Now().Add(ackSettle)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := q.exists(ctx, seq)
-		if err != nil || !ok {
-			return err
+		rctx, cancel := context.WithTimeout(ctx, readTry)
+		ok, err := q.exists(rctx, seq)
+		cancel()
+		if err == nil && !ok {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("ack message %d: %w", seq, ctx.Err())
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("ack message %d: the ack was confirmed, the stream not read for %s: %w", seq, ackSettle, err)
+			}
 			return fmt.Errorf("ack message %d: still stored %s after the ack was confirmed", seq, ackSettle)
 		}
 		select {
