@@ -93,4 +93,3 @@ func TestAckWhileStreamElects(t *testing.T) {
 		t.Fatalf("after the ack: %+v, %v; want the queue empty", st, err)
 	}
 }
-
