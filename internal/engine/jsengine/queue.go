@@ -619,11 +619,15 @@ const readTry = time.Second
 // visible, so the caller reads its own ack.
 //
 // Each read has its own timeout (readTry) and a failed read is tried again
-// until ackSettle: a read sent while the stream has no leader (an
-// election) is answered by no one, and waited for the caller's whole
-// deadline before (TestAckWhileStreamElects).
+// until ackSettle or, if later, the caller's deadline: a read sent while
+// the stream has no leader (an election) is answered by no one, and was
+// waited for the caller's whole deadline before (TestAckWhileStreamElects).
 func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
-	deadline := time.Now().Add(ackSettle)
+	settle := time.Now().Add(ackSettle) // for a message still stored, from the last failed read
+	deadline := settle                  // for reads that fail
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		rctx, cancel := context.WithTimeout(ctx, readTry)
 		ok, err := q.exists(rctx, seq)
@@ -634,10 +638,13 @@ func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("ack message %d: %w", seq, ctx.Err())
 		}
-		if time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("ack message %d: the ack was confirmed, the stream not read for %s: %w", seq, ackSettle, err)
+		if err != nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("ack message %d: the ack was confirmed, the stream not read since: %w", seq, err)
 			}
+			settle = time.Now().Add(ackSettle) // counts from a read that works
+		}
+		if err == nil && time.Now().After(settle) {
 			return fmt.Errorf("ack message %d: still stored %s after the ack was confirmed", seq, ackSettle)
 		}
 		select {
