@@ -20,10 +20,10 @@ package jsengine
 // A mover killed between 2 and 3 leaves the message in the source; it comes
 // due after moveLease, the next Receive of a handle with the policy moves it
 // again, and the dead-letter stream drops the second copy by its msg-id as
-// long as the retry falls inside the stream's Duplicates window
-// (queueDupWindow, one hour, on every queue stream of this engine). A queue
-// nobody receives from for longer than that after such a crash can get its
-// dead letter twice; that is the remaining window.
+// long as the retry falls inside that stream's Duplicates window (its
+// binding's dedupWindow, default 5 minutes: dedup.go). A queue nobody
+// receives from for longer than that after such a crash can get its dead
+// letter twice; that is the remaining window.
 
 import (
 	"cmp"
@@ -59,11 +59,6 @@ const (
 // queue names it as its dead-letter queue: only such streams are read
 // message by message for Stats' DeadLetters and Origins.
 const metaDeadLetters = "lc-dead-letter-queue"
-
-// queueDupWindow is the Duplicates window of every queue stream: how long
-// the msg-id of a dead-letter move or a redrive keeps a retried publish
-// from adding a second copy.
-const queueDupWindow = time.Hour
 
 // moveLease hides a delivery being moved (dead letter or redrive) so that a
 // mover that dies brings it back soon.
@@ -114,7 +109,7 @@ func (e Queue) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg 
 	if cfg.ReadOnly {
 		return dl, nil // a read-only handle moves nothing
 	}
-	if err := e.ensureQueue(ctx, js, dl.dlq, true); err != nil {
+	if err := e.ensureQueue(ctx, js, dl.dlq, true, cfg.DedupWindow); err != nil {
 		return nil, fmt.Errorf("dead-letter queue %q: %w", dl.dlq, err)
 	}
 	dl.dests[dl.dlq] = true
@@ -122,11 +117,18 @@ func (e Queue) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg 
 }
 
 // ensureQueue provisions the queue name, the destination of moves (its
-// stream and consumer, as Open does), raises its stream's Duplicates window
-// to queueDupWindow if it is shorter (a stream created before the window
-// was set) and, if mark, marks the stream as a dead-letter queue.
-func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name string, mark bool) error {
-	h, err := e.Open(ctx, driver.Config{Location: name, Clock: time.Now, Logger: slog.Default()})
+// stream and consumer, as Open does) and, if mark, marks its stream as a
+// dead-letter queue. A missing stream is created with window, the
+// Duplicates window of the queue whose handle asks (its binding's
+// dedupWindow, which every binding has unless it sets another); an
+// existing one keeps its own (its binding's, checked by its own Open).
+func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name string, mark bool, window time.Duration) error {
+	if _, err := js.Stream(ctx, "LCQ_"+name); err == nil {
+		window = 0 // keep the existing stream's window
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	h, err := e.Open(ctx, driver.Config{Location: name, Clock: time.Now, Logger: slog.Default(), DedupWindow: window})
 	if err != nil {
 		return err
 	}
@@ -139,19 +141,15 @@ func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name str
 	if err != nil {
 		return err
 	}
-	marked := info.Config.Metadata[metaDeadLetters] != ""
-	if (marked || !mark) && info.Config.Duplicates >= queueDupWindow {
+	if !mark || info.Config.Metadata[metaDeadLetters] != "" {
 		return nil
 	}
 	c := info.Config
-	c.Duplicates = max(c.Duplicates, queueDupWindow)
-	if mark {
-		c.Metadata = map[string]string{}
-		for k, v := range info.Config.Metadata {
-			c.Metadata[k] = v
-		}
-		c.Metadata[metaDeadLetters] = "true"
+	c.Metadata = map[string]string{}
+	for k, v := range info.Config.Metadata {
+		c.Metadata[k] = v
 	}
+	c.Metadata[metaDeadLetters] = "true"
 	if _, err := js.UpdateStream(ctx, c); err != nil {
 		return fmt.Errorf("update stream %q as a destination of moves: %w", c.Name, err)
 	}

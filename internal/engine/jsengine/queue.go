@@ -73,14 +73,19 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	subject := "lcq." + cfg.Location
 	want := jetstream.StreamConfig{
 		Name:               "LCQ_" + cfg.Location,
-		Subjects:           []string{subject, "lcqs." + cfg.Location + ".>"},
+		Subjects:           []string{subject, "lcqs." + cfg.Location + ".>", markerPrefix + cfg.Location},
 		Retention:          jetstream.WorkQueuePolicy,
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
 		AllowDirect:        false,
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
-		Duplicates:         queueDupWindow, // the msg-ids of moves (deadletter.go)
+		AllowMsgTTL:        true, // the dedup markers' (dedup.go)
+	}
+	if !cfg.ReadOnly {
+		// The binding's dedup window (dedup.go), which also bounds how
+		// long a move's msg-id keeps a retry out (deadletter.go).
+		want.Duplicates = duplicatesWindow(cfg.DedupWindow)
 	}
 	st, err := provision(ctx, js, want, cfg.ReadOnly, checkQueueStream)
 	if err != nil {
@@ -119,7 +124,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
 	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
-		stream: want.Name, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
+		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
@@ -137,6 +142,10 @@ func checkQueueStream(have, want jetstream.StreamConfig) error {
 		return errors.New("allow_atomic is off, want on")
 	case !have.AllowMsgSchedules:
 		return errors.New("allow_msg_schedules is off, want on")
+	case !have.AllowMsgTTL:
+		return errors.New("allow_msg_ttl is off, want on")
+	case want.Duplicates != 0 && have.Duplicates != want.Duplicates:
+		return fmt.Errorf("duplicate_window is %s, want %s (the binding's dedupWindow)", have.Duplicates, want.Duplicates)
 	}
 	return nil
 }
@@ -152,6 +161,8 @@ type jsQueue struct {
 	// replicated: the stream has more than one replica (see waitGone and
 	// Receive).
 	replicated bool
+	// dedupWindow is the stream's duplicates window (dedup.go).
+	dedupWindow time.Duration
 	// lastSent is the stream sequence of this handle's last due send.
 	lastSent atomic.Uint64
 	notifier interface{ MessageDue() }
@@ -608,19 +619,42 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 // ackSettle bounds waitGone.
 const ackSettle = 5 * time.Second
 
+// readTry bounds one read of the stream in waitGone.
+const readTry = time.Second
+
 // waitGone waits until the stream no longer holds seq. On a replicated
 // stream the ack's reply comes from the consumer's leader before the
 // stream's leader has removed the message (measured: Peek right after an
 // acknowledged ack still showed it); an Ack returns once the removal is
 // visible, so the caller reads its own ack.
+//
+// Each read has its own timeout (readTry) and a failed read is tried again
+// until ackSettle or, if later, the caller's deadline: a read sent while
+// the stream has no leader (an election) is answered by no one, and was
+// waited for the caller's whole deadline before (TestAckWhileStreamElects).
 func (q *jsQueue) waitGone(ctx context.Context, seq uint64) error {
-	deadline := time.Now().Add(ackSettle)
+	settle := time.Now().Add(ackSettle) // for a message still stored, from the last failed read
+	deadline := settle                  // for reads that fail
+	if d, ok := ctx.Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := q.exists(ctx, seq)
-		if err != nil || !ok {
-			return err
+		rctx, cancel := context.WithTimeout(ctx, readTry)
+		ok, err := q.exists(rctx, seq)
+		cancel()
+		if err == nil && !ok {
+			return nil
 		}
-		if time.Now().After(deadline) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("ack message %d: %w", seq, ctx.Err())
+		}
+		if err != nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("ack message %d: the ack was confirmed, the stream not read since: %w", seq, err)
+			}
+			settle = time.Now().Add(ackSettle) // counts from a read that works
+		}
+		if err == nil && time.Now().After(settle) {
 			return fmt.Errorf("ack message %d: still stored %s after the ack was confirmed", seq, ackSettle)
 		}
 		select {
@@ -784,8 +818,12 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.check(true); err != nil {
 		return err
 	}
-	if err := q.st.Purge(ctx); err != nil {
-		return fmt.Errorf("purge %s: %w", q.stream, err)
+	// The messages and the delayed sends, not the dedup markers
+	// (dedup.go): a purge forgets no dedup key, as on the SQLite engine.
+	for _, subj := range []string{q.subject, "lcqs." + q.name + ".>"} {
+		if err := q.st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return fmt.Errorf("purge %s: %w", q.stream, err)
+		}
 	}
 	if err := q.purgeLastErrors(ctx); err != nil { // lasterror.go
 		return err
@@ -885,7 +923,9 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := q.check(false); err != nil {
 		return driver.Stats{}, err
 	}
-	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter(q.subject))
+	// "*.<name>" counts the due subject and the dedup markers' (dedup.go),
+	// which are not messages.
+	si, err := q.st.Info(ctx, jetstream.WithSubjectFilter("*."+q.name))
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("read %s: %w", q.stream, err)
 	}
@@ -893,7 +933,7 @@ func (q *jsQueue) Stats(ctx context.Context) (driver.Stats, error) {
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("read consumer of %s: %w", q.stream, err)
 	}
-	total := int64(si.State.Msgs)
+	total := int64(si.State.Msgs) - int64(si.State.Subjects[markerPrefix+q.name])
 	onSubject := int64(si.State.Subjects[q.subject])
 	due := onSubject - int64(ci.NumAckPending) + int64(ci.NumRedelivered)
 	due = min(max(due, 0), onSubject)

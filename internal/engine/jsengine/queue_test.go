@@ -13,7 +13,7 @@ import (
 // on server time, its Peek cannot see the server's per-message lease ends
 // and delivery counts, and due messages come in the server's delivery
 // order (docs/ARCHITECTURE.md, "JetStream engine (in progress)").
-var jsQueueCaps = queuetest.Capabilities{PeekHidesLeases: true, ArrivalOrder: true, HandleLocalExtend: true, LastErrors: true}
+var jsQueueCaps = queuetest.Capabilities{PeekHidesLeases: true, ArrivalOrder: true, HandleLocalExtend: true, LastErrors: true, DedupKeys: true}
 
 // TestQueueConformance runs the queue suite on the embedded single node, on
 // server time (the suite's server-time forms of its timed cases).

@@ -289,7 +289,7 @@ func TestQueueBatchAndPurge(t *testing.T) {
 
 // TestQueueDeadLetterProvisioning: a policy provisions its dead-letter
 // queue (stream marked as one), the streams keep msg-ids for the move
-// retries (Duplicates window), and the source's consumer has no delivery
+// retries for the binding's dedup window (Duplicates), and the source's consumer has no delivery
 // limit (moves never rely on MaxDeliver's advisory). It replaces the test
 // that Open refused a policy, from before dead letters existed.
 func TestQueueDeadLetterProvisioning(t *testing.T) {
@@ -314,8 +314,8 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Config.Duplicates < time.Hour {
-			t.Errorf("stream of %s: Duplicates %s; want at least 1h (a move retried after a crash)", s, info.Config.Duplicates)
+		if info.Config.Duplicates != queue.DefaultDedupWindow {
+			t.Errorf("stream of %s: Duplicates %s; want the dedup window %s (a move retried after a crash)", s, info.Config.Duplicates, queue.DefaultDedupWindow)
 		}
 		if marked := info.Config.Metadata["lc-dead-letter-queue"] != ""; marked != (s == dlq) {
 			t.Errorf("stream of %s: marked as a dead-letter queue %v; want %v", s, marked, s == dlq)
@@ -328,8 +328,8 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 			t.Fatalf("consumer of %s: %+v, %v; want MaxDeliver -1", s, ci, err)
 		}
 	}
-	// A dead-letter queue whose stream has a shorter window (made before
-	// the window was set) gets it raised by the next Open with a policy.
+	// A dead-letter queue that exists keeps its own window (its binding's,
+	// which its own Open checks) and gets marked by an Open with a policy.
 	old := freshName("dlqold")
 	oq, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, old)
 	if err != nil {
@@ -354,8 +354,8 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q2.Close()
-	if oinfo, err = ost.Info(bg); err != nil || oinfo.Config.Duplicates < time.Hour || oinfo.Config.Metadata["lc-dead-letter-queue"] == "" {
-		t.Fatalf("older dead-letter stream after Open with a policy: %+v, %v; want Duplicates >= 1h and the mark", oinfo.Config, err)
+	if oinfo, err = ost.Info(bg); err != nil || oinfo.Config.Duplicates != 2*time.Minute || oinfo.Config.Metadata["lc-dead-letter-queue"] == "" {
+		t.Fatalf("older dead-letter stream after Open with a policy: %+v, %v; want its Duplicates 2m kept and the mark", oinfo.Config, err)
 	}
 	for _, bad := range []string{"", name, "no.dots"} {
 		_, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, bad))

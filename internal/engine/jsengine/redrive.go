@@ -24,7 +24,7 @@ const redriveBatch = 100
 // receive: each is hidden for moveLease, published to its destination with
 // Nats-Msg-Id "lcrd:<this stream>:<stream sequence>" (a redrive retried
 // after a crash between the publish and the ack adds no second copy inside
-// the destination's Duplicates window, queueDupWindow), then acked here. A
+// the destination's Duplicates window, its dedupWindow), then acked here. A
 // redriven message starts afresh: a new message there, attempt 1 on its
 // first delivery, enqueued now. Messages in flight stay. Messages with no
 // origin and no o.To, or whose origin is no queue stream of this server (a
@@ -45,7 +45,7 @@ func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.Redrive
 			return res, bindings.Errorf(bindings.CodeInvalidInput,
 				"redrive target: must be a jetstream queue name (1..64 of A-Z a-z 0-9 _ -), got %q", o.To)
 		}
-		if err := q.dl.eng.ensureQueue(ctx, q.js, o.To, false); err != nil {
+		if err := q.dl.eng.ensureQueue(ctx, q.js, o.To, false, q.dedupWindow); err != nil {
 			return res, fmt.Errorf("redrive target %q: %w", o.To, err)
 		}
 		q.dl.mu.Lock()
