@@ -27,11 +27,9 @@ const (
 // consumerName is the queue's one durable pull consumer.
 const consumerName = "lc"
 
-// fetchAckWait is the consumer's AckWait: the lease between the server
-// handing a message to Fetch and our Nak-with-delay that sets the receive's
-// own lease (or, if the receiver dies in between, how long the message stays
-// hidden).
-const fetchAckWait = 30 * time.Second
+// defaultAckWait is the AckWait of a consumer created by a handle whose
+// driver.Config has no Visibility (queue.DefaultVisibility).
+const defaultAckWait = 30 * time.Second
 
 // receiptPrefix starts every receipt this engine issues.
 const receiptPrefix = "js1:"
@@ -86,14 +84,18 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
+	ackWait := cfg.Visibility
+	if ackWait <= 0 {
+		ackWait = defaultAckWait
+	}
 	var cons jetstream.Consumer
 	if cfg.ReadOnly {
 		cons, err = st.Consumer(ctx, consumerName)
 	} else {
-		cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		cons, err = openConsumer(ctx, st, jetstream.ConsumerConfig{
 			Durable:       consumerName,
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       fetchAckWait,
+			AckWait:       ackWait,
 			MaxDeliver:    -1,
 			FilterSubject: subject,
 			MaxAckPending: -1,
@@ -102,6 +104,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: consumer %q: %w", cfg.Location, consumerName, err)
 	}
+	ackWait = cons.CachedInfo().Config.AckWait
 	info, err := st.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
@@ -118,11 +121,34 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	}); err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
-	q := &jsQueue{replicated: info.Config.Replicas > 1, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
+	q := &jsQueue{replicated: info.Config.Replicas > 1, ackWait: ackWait, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, notifier: cfg.Notifier, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
+}
+
+// openConsumer creates the queue's consumer with want, or brings an
+// existing one to want except for its AckWait, which it keeps: the server
+// measures every pending delivery's lease end from the current AckWait
+// (a Nak with a delay stores "now + delay - AckWait"), so changing it would
+// move the lease ends of receipts already handed out. A handle whose
+// default lease differs from the consumer's AckWait sets its leases with a
+// Nak (see pull).
+func openConsumer(ctx context.Context, st jetstream.Stream, want jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cons, err := st.Consumer(ctx, want.Durable)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		cons, err = st.CreateConsumer(ctx, want)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			return openConsumer(ctx, st, want) // created meanwhile, with another AckWait
+		}
+		return cons, err
+	case err != nil:
+		return nil, err
+	}
+	want.AckWait = cons.CachedInfo().Config.AckWait
+	return st.CreateOrUpdateConsumer(ctx, want)
 }
 
 // checkQueueStream fails closed on an existing stream whose settings
@@ -152,6 +178,9 @@ type jsQueue struct {
 	// replicated: the stream has more than one replica (see waitGone and
 	// Receive).
 	replicated bool
+	// ackWait is the consumer's AckWait: a receive with this lease needs
+	// no Nak (see pull).
+	ackWait time.Duration
 	// lastSent is the stream sequence of this handle's last due send.
 	lastSent atomic.Uint64
 	notifier interface{ MessageDue() }
@@ -497,26 +526,37 @@ func (q *jsQueue) pullRetry(ctx context.Context, max int, lease time.Duration) (
 	}
 }
 
-// pull is one no-wait pull request for up to max messages.
+// pull is one no-wait pull request for up to max messages. A delivery's
+// lease starts at the server when it hands the message out: if lease is the consumer's AckWait, that is the
+// receive's lease, and the receipt's deadline is stamped before the pull
+// request is sent (so it is never later than the server's). Otherwise each
+// delivery gets its lease by a Nak with a delay, stamped before the Nak;
+// the Naks of one pull are flushed once.
 func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
-	inbox := nats.NewInbox()
-	sub, err := q.nc.SubscribeSync(inbox)
+	// A subscription per pull: JetStream sends a pull's deliveries with
+	// their stream subject, so one wildcard inbox could not tell which
+	// pull (and so which lease start) a late delivery belongs to.
+	reply := nats.NewInbox()
+	sub, err := q.nc.SubscribeSync(reply)
 	if err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
 	}
 	defer sub.Unsubscribe()
-	req := fmt.Sprintf(`{"batch":%d,"no_wait":true}`, max)
-	if err := q.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+consumerName, inbox, []byte(req)); err != nil {
+	req := `{"batch":` + strconv.Itoa(max) + `,"no_wait":true}`
+	sent := time.Now()
+	if err := q.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+consumerName, reply, []byte(req)); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, flushTimeout)
 	defer cancel()
+	nak := lease != q.ackWait
 	var out []driver.Message
+recv:
 	for len(out) < max {
 		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
 			if len(out) > 0 {
-				break
+				break recv
 			}
 			return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
 		}
@@ -524,15 +564,18 @@ func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]dri
 			if status == "100" { // heartbeat or flow control
 				continue
 			}
-			break // 404 no messages, 408 request expired or pending, 409 ...
+			break recv // 404 no messages, 408 request expired or pending, 409 ...
 		}
 		d, ok := q.parseAck(m.Reply)
 		if !ok {
 			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
 		}
-		deadline := time.Now().Add(lease)
-		if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
-			return nil, fmt.Errorf("set lease of message %d: %w", d.seq, err)
+		deadline := sent.Add(lease)
+		if nak {
+			deadline = time.Now().Add(lease)
+			if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
+				return nil, fmt.Errorf("set lease of message %d: %w", d.seq, err)
+			}
 		}
 		enq := d.stored
 		if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
@@ -546,7 +589,7 @@ func (q *jsQueue) pull(ctx context.Context, max int, lease time.Duration) ([]dri
 			EnqueuedAt:    enq,
 		})
 	}
-	if len(out) > 0 {
+	if nak && len(out) > 0 {
 		if err := q.flush(ctx); err != nil {
 			return nil, fmt.Errorf("set leases: %w", err)
 		}
