@@ -196,6 +196,9 @@ type jsQueue struct {
 	// nacked holds the messages this handle nacked without a delay and has
 	// not seen redelivered since: when, by stream sequence (see Receive).
 	nacked map[uint64]time.Time
+	// pruneAt is the size of the receipt maps at which pruneLocked next
+	// walks them.
+	pruneAt int
 }
 
 func (q *jsQueue) Location() string { return q.name }
@@ -684,10 +687,14 @@ func (q *jsQueue) gone(ctx context.Context, r receipt) (bool, error) {
 // past their deadline (refused by the deadline alone) are dropped.
 const pruneLimit = 1024
 
+// A prune that leaves n entries sets the next one at 2n (at least
+// pruneLimit): while receipts are live (a 30 s lease holds thousands under
+// load) every ack would otherwise walk them all.
 func (q *jsQueue) pruneLocked() {
-	if len(q.dead)+len(q.extended)+len(q.nacked) <= pruneLimit {
+	if len(q.dead)+len(q.extended)+len(q.nacked) <= max(pruneLimit, q.pruneAt) {
 		return
 	}
+	defer func() { q.pruneAt = 2 * (len(q.dead) + len(q.extended) + len(q.nacked)) }()
 	now := time.Now()
 	for k, dl := range q.dead {
 		if now.After(dl) {
@@ -706,51 +713,103 @@ func (q *jsQueue) pruneLocked() {
 	}
 }
 
+// AckBatch decides each receipt's outcome as Ack decides it, with the
+// requests of the batch in flight together (JetStream acks one delivery
+// per request): first whether each message is still stored (one get each,
+// concurrently), then the acks of the live, stored ones (concurrently; on a
+// replicated stream each waits until the stream no longer holds its
+// message, as Ack does). A receipt twice in one batch, or two receipts of
+// one message, ack it once: the later ones are AckGone. On an error some
+// of the batch may be acked; Consume then acks each message on its own,
+// and an acked one is AckGone/a no-op then.
 func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
 	out := make([]driver.AckOutcome, len(receipts))
+	rs := make([]receipt, len(receipts))
+	live := make([]bool, len(receipts))
+	var idx []int // parsed receipts
 	for i, s := range receipts {
-		// One ack each (JetStream acks one delivery per request); the
-		// outcome is decided as Ack decides it.
 		r, ok := q.parseReceipt(s)
-		switch {
-		case !ok:
+		if !ok {
 			out[i] = driver.AckGone // never issued: a no-op, as the format specifies
 			continue
-		case !q.live(s, r):
-			gone, err := q.gone(ctx, r)
-			if err != nil {
-				return out[:i], err
-			}
-			out[i] = driver.AckStale
-			if gone {
-				out[i] = driver.AckGone
-			}
-			continue
 		}
-		// A live receipt acked already (twice in one batch, or by an
-		// earlier Ack of this handle): the stream no longer holds it, and
-		// JetStream would take a second +ACK without a word.
-		held, err := q.exists(ctx, r.seq)
-		if err != nil {
-			return out[:i], err
-		}
-		if !held {
+		rs[i], live[i] = r, q.live(s, r)
+		idx = append(idx, i)
+	}
+	// Whether each message is stored: a live receipt acked already (by an
+	// earlier Ack of a handle that shared it, or purged) is gone, and
+	// JetStream would take a second +ACK without a word.
+	held := make([]bool, len(receipts))
+	if err := parallel(len(idx), func(k int) error {
+		i := idx[k]
+		ok, err := q.exists(ctx, rs[i].seq)
+		held[i] = ok
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var acks []int
+	seen := make(map[uint64]bool, len(idx))
+	for _, i := range idx {
+		switch {
+		case !held[i] || seen[rs[i].seq]:
 			out[i] = driver.AckGone
-			continue
+		case !live[i]:
+			out[i] = driver.AckStale
+		default:
+			seen[rs[i].seq] = true
+			acks = append(acks, i)
 		}
-		if err := q.Ack(ctx, s); err != nil {
-			if errors.Is(err, driver.ErrStaleReceipt) {
-				out[i] = driver.AckStale
-				continue
-			}
-			return out[:i], err
+	}
+	if err := parallel(len(acks), func(k int) error {
+		i := acks[k]
+		err := q.Ack(ctx, receipts[i])
+		switch {
+		case errors.Is(err, driver.ErrStaleReceipt):
+			out[i] = driver.AckStale
+			return nil
+		case err != nil:
+			return err
 		}
 		out[i] = driver.AckCurrent
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// parallel runs f(0..n-1) concurrently, at most 16 at a time, and returns
+// the first error.
+func parallel(n int, f func(k int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 16)
+	for k := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(k); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error {
