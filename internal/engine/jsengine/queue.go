@@ -715,10 +715,10 @@ func (q *jsQueue) pruneLocked() {
 
 // AckBatch decides each receipt's outcome as Ack decides it, with the
 // requests of the batch in flight together (JetStream acks one delivery
-// per request): first whether each message is still stored (one get each,
-// concurrently), then the acks of the live, stored ones (concurrently; on a
-// replicated stream each waits until the stream no longer holds its
-// message, as Ack does). A receipt twice in one batch, or two receipts of
+// per request): for each receipt, concurrently, whether its message is
+// still stored (one get), then for a live one the ack (on a replicated
+// stream it waits until the stream no longer holds its message, as Ack
+// does). A receipt twice in one batch, or two receipts of
 // one message, ack it once: the later ones are AckGone. On an error some
 // of the batch may be acked; Consume then acks each message on its own,
 // and an acked one is AckGone/a no-op then.
@@ -739,34 +739,34 @@ func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.Ack
 		rs[i], live[i] = r, q.live(s, r)
 		idx = append(idx, i)
 	}
-	// Whether each message is stored: a live receipt acked already (by an
-	// earlier Ack of a handle that shared it, or purged) is gone, and
-	// JetStream would take a second +ACK without a word.
-	held := make([]bool, len(receipts))
-	if err := parallel(len(idx), func(k int) error {
-		i := idx[k]
-		ok, err := q.exists(ctx, rs[i].seq)
-		held[i] = ok
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	var acks []int
-	seen := make(map[uint64]bool, len(idx))
+	// Per receipt, concurrently: is the message still stored (a live
+	// receipt acked already, by a handle that shared it, or purged, is
+	// gone, and JetStream would take a second +ACK without a word), then,
+	// for a live one, the ack. The first live receipt of a message acks
+	// it; later receipts of it in the batch are gone.
+	first := make(map[uint64]int, len(idx))
 	for _, i := range idx {
-		switch {
-		case !held[i] || seen[rs[i].seq]:
-			out[i] = driver.AckGone
-		case !live[i]:
-			out[i] = driver.AckStale
-		default:
-			seen[rs[i].seq] = true
-			acks = append(acks, i)
+		if _, dup := first[rs[i].seq]; !dup && live[i] {
+			first[rs[i].seq] = i
 		}
 	}
-	if err := parallel(len(acks), func(k int) error {
-		i := acks[k]
-		err := q.Ack(ctx, receipts[i])
+	if err := parallel(len(idx), func(k int) error {
+		i := idx[k]
+		held, err := q.exists(ctx, rs[i].seq)
+		switch {
+		case err != nil:
+			return err
+		case !held:
+			out[i] = driver.AckGone
+			return nil
+		case !live[i]:
+			out[i] = driver.AckStale
+			return nil
+		case first[rs[i].seq] != i:
+			out[i] = driver.AckGone // acked by its first receipt in the batch
+			return nil
+		}
+		err = q.Ack(ctx, receipts[i])
 		switch {
 		case errors.Is(err, driver.ErrStaleReceipt):
 			out[i] = driver.AckStale
