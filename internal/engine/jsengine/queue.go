@@ -399,9 +399,11 @@ func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
 // the consumer to see this handle's own last send (see Receive).
 const catchUpWait = 500 * time.Millisecond
 
-// Receive pulls up to max messages (a raw no-wait pull request), then gives
-// each its own lease with a Nak-with-delay (which counts no delivery), sent
-// raw to the ack subject and flushed before the receipts are handed out.
+// Receive pulls up to max messages (a raw no-wait pull request). A lease
+// equal to the consumer's AckWait is the server's own; any other is given
+// to each message with a Nak-with-delay (which counts no delivery), sent raw
+// to the ack subject and flushed before the receipts are handed out (see
+// pull).
 //
 // Read-your-writes: the consumer learns of stored messages asynchronously
 // (on a replicated queue its leader may also be a follower of the stream
