@@ -224,6 +224,7 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	}
 	cfg.MoveTargets = o.targets
 	cfg.DedupWindow = o.dedup
+	cfg.Visibility = o.visibility
 	d, err := e.Open(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -111,6 +111,12 @@ type Config struct {
 	// DedupWindow is how long a dedup key is remembered (DedupSender);
 	// always set (queue.DefaultDedupWindow unless the binding says).
 	DedupWindow time.Duration
+	// Visibility is the handle's default lease (queue.WithDefaultVisibility,
+	// the binding's visibilityTimeout); always set by package queue
+	// (queue.DefaultVisibility unless the binding says). An engine may size
+	// its own defaults by it, as the JetStream engine sizes its consumer's
+	// AckWait; every Receive still passes its lease.
+	Visibility time.Duration
 }
 
 // DeadLetter is a dead-letter policy: a message delivered MaxAttempts

@@ -27,7 +27,7 @@ var cluster struct {
 	err  error
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,7 +40,7 @@ func freePort(t *testing.T) int {
 // startCluster starts the cluster once; it stays up until the test binary
 // ends (each node shut down by a Cleanup of the first test's parent would
 // stop it under the other tests).
-func startCluster(t *testing.T) string {
+func startCluster(t testing.TB) string {
 	t.Helper()
 	cluster.once.Do(func() {
 		ports := []int{freePort(t), freePort(t), freePort(t)}
