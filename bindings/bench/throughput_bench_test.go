@@ -93,7 +93,7 @@ func BenchmarkConsumeDrain(b *testing.B) {
 // store of 10k and of 1M keys (issue 16: 1M >= 0.8x 10k). The 1M case
 // reports ratio-vs-10k when the 10k case ran before it.
 func BenchmarkKVGetScale(b *testing.B) {
-	var rate10k float64
+	var rate10k, cpu10k float64
 	for _, c := range []struct {
 		name string
 		keys int
@@ -109,6 +109,7 @@ func BenchmarkKVGetScale(b *testing.B) {
 			s := openKV(b, dir)
 			ctx := context.Background()
 			b.ResetTimer()
+			st0 := readProcStat()
 			for i := range b.N {
 				v, ok, err := s.Get(ctx, keys[i%len(keys)])
 				if err != nil || !ok || len(v) != len(payload100) {
@@ -116,13 +117,22 @@ func BenchmarkKVGetScale(b *testing.B) {
 				}
 			}
 			r := reportRate(b, b.N, "gets/s")
+			// Page misses (preads) and CPU per get: unlike gets/s, about
+			// the same on a loaded machine.
+			st1 := readProcStat()
+			if st0.reads >= 0 && st1.reads >= 0 {
+				b.ReportMetric(float64(st1.reads-st0.reads)/float64(b.N), "preads/get")
+			}
+			cpuPerGet := float64(st1.cpu-st0.cpu) / float64(time.Microsecond) / float64(b.N)
+			b.ReportMetric(cpuPerGet, "cpu-us/get")
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 			if c.keys == 10_000 {
-				rate10k = r
+				rate10k, cpu10k = r, cpuPerGet
 			} else if rate10k > 0 {
 				b.ReportMetric(r/rate10k, "ratio-vs-10k")
+				b.ReportMetric(cpu10k/cpuPerGet, "cpu-ratio-vs-10k")
 			}
 		})
 	}

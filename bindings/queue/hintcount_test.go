@@ -70,29 +70,33 @@ func newHCRig(t testing.TB) *hcRig {
 }
 
 // send commits message i: through the library when lib, else with the
-// spec's SQL on the foreign connection. It returns the commit time.
-func (r *hcRig) send(t testing.TB, lib bool, i int) time.Time {
+// spec's SQL on the foreign connection.
+func (r *hcRig) send(t testing.TB, lib bool, i int) {
 	t.Helper()
 	if lib {
 		if err := r.sender.Send(context.Background(), queue.Text(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
-		return time.Now()
+		return
 	}
-	return hwForeignInsert(t, r.foreign, strconv.Itoa(i), 0)
+	hwForeignInsert(t, r.foreign, strconv.Itoa(i), 0)
 }
 
 // run commits n messages hcGap apart (lib(i) chooses the writer of each),
 // waits for the last hints and returns, per commit, the hints that arrived
-// between it and the next commit.
+// between its start and the next commit's start. A commit counts from
+// before its Send or Exec began: its hint can arrive before the call
+// returns (the commit is visible before SQLite's call returns, and the hint
+// source may look at once).
 func (r *hcRig) run(t testing.TB, n int, lib func(i int) bool) []int {
 	t.Helper()
 	commits := make([]time.Time, n)
 	for i := range n {
-		commits[i] = r.send(t, lib(i), i)
-		// The first hint after the commit, however late a loaded machine
-		// makes it (else it would be counted for the next commit), then
-		// the gap, in which a second hint for the same commit would come.
+		commits[i] = time.Now()
+		r.send(t, lib(i), i)
+		// The first hint after the commit began, however late a loaded
+		// machine makes it (else it would be counted for the next commit),
+		// then the gap, in which a second hint for the same commit would come.
 		r.waitHintAfter(commits[i])
 		time.Sleep(hcGap)
 	}

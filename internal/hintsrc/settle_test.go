@@ -138,28 +138,80 @@ VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
 
 // TestSettleStep: the re-checks come every millisecond at first, then an
 // eighth of the wait apart, never more than settleMaxStep, and about 50 of
-// them cover settleFor.
+// them cover settleFor. On a quiet store (fast) they start settleFastStep
+// apart and reach the 1 ms steps at 8 ms: about 14 more.
 func TestSettleStep(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct{ elapsed, want time.Duration }{
-		{0, time.Millisecond},
-		{5 * time.Millisecond, time.Millisecond},
-		{20 * time.Millisecond, 2500 * time.Microsecond},
-		{time.Second, 125 * time.Millisecond},
-		{10 * time.Second, settleMaxStep},
+	for _, c := range []struct {
+		elapsed time.Duration
+		fast    bool
+		want    time.Duration
+	}{
+		{0, false, time.Millisecond},
+		{5 * time.Millisecond, false, time.Millisecond},
+		{20 * time.Millisecond, false, 2500 * time.Microsecond},
+		{time.Second, false, 125 * time.Millisecond},
+		{10 * time.Second, false, settleMaxStep},
+		{0, true, settleFastStep},
+		{1600 * time.Microsecond, true, settleFastStep},
+		{4 * time.Millisecond, true, 500 * time.Microsecond},
+		{8 * time.Millisecond, true, time.Millisecond},
+		{time.Second, true, 125 * time.Millisecond},
 	} {
-		if got := settleStep(c.elapsed); got != c.want {
-			t.Errorf("settleStep(%v) = %v, want %v", c.elapsed, got, c.want)
+		if got := settleStep(c.elapsed, c.fast); got != c.want {
+			t.Errorf("settleStep(%v, fast %v) = %v, want %v", c.elapsed, c.fast, got, c.want)
 		}
 	}
-	n := 0
-	for at := time.Duration(0); at < settleFor; at += settleStep(at) {
-		n++
+	count := func(fast bool) int {
+		n := 0
+		for at := time.Duration(0); at < settleFor; at += settleStep(at, fast) {
+			n++
+		}
+		return n
 	}
+	n, nf := count(false), count(true)
 	if n < 30 || n > 60 {
 		t.Errorf("%d re-checks cover %v, want 30..60", n, settleFor)
 	}
-	t.Logf("%d re-checks per event", n)
+	if extra := nf - n; extra < 8 || extra > 20 {
+		t.Errorf("a fast start adds %d re-checks, want 8..20", extra)
+	}
+	t.Logf("%d re-checks per event, %d after a fast start", n, nf)
+}
+
+// TestFastStartOnlyOnQuietStore: an event on a store where no look saw a
+// change for settleQuiet starts the fast re-checks (on their goroutine),
+// and they find a commit made after the event; an event right after a seen
+// change (as in a steady stream of commits) keeps the timer schedule.
+func TestFastStartOnlyOnQuietStore(t *testing.T) {
+	t.Parallel()
+	// Events are reported by hand from here; the directory raises none.
+	r := newManualRig(t, "fast")
+	w := r.src.byDir[r.dir]
+	// start runs an event's settle start as if the last change was ago,
+	// and reports whether the fast re-checks took it. Under w.mu, so no
+	// re-check runs in between.
+	start := func(ago time.Duration) (fast, running bool) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.changeAt = time.Now().Add(-ago)
+		w.startSettle()
+		return w.fast, w.fastRun
+	}
+	if fast, running := start(time.Second); !fast || !running {
+		t.Fatalf("an event on a quiet store: fast %v, goroutine running %v, want both", fast, running)
+	}
+	now := time.Now().UnixMilli()
+	if _, err := r.db.Exec(`INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
+VALUES ('text', 'x', ?1, ?1, 0)`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.sub.NextMsg(2 * time.Second); err != nil {
+		t.Fatalf("no hint for a commit after the event: %v", err)
+	}
+	if fast, _ := start(time.Millisecond); fast {
+		t.Fatal("an event 1 ms after a seen change started the fast re-checks")
+	}
 }
 
 // TestLearnWait: a late library hint lengthens the wait to 1.5 times its
