@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // backupCommand writes a verified online snapshot of a binding's store.
@@ -40,6 +42,9 @@ func (c *backupCommand) Run(ctx context.Context, args []string) error {
 	st, b, err := c.app.findBinding(*file, pos[0], "")
 	if err != nil {
 		return err
+	}
+	if b.Engine == config.EngineJetStream {
+		return jetStreamBackupRefused(st, b, "backup")
 	}
 	if err := needStore(st, b); err != nil {
 		return err
@@ -118,4 +123,16 @@ Examples:
 Flags:
 `)
 	printDefaults(c.app.stdout, fs)
+}
+
+// jetStreamBackupRefused is the error of backup and restore on a jetstream
+// binding: they copy SQLite files; a stream is backed up and restored with
+// the NATS tooling, which names the stream.
+func jetStreamBackupRefused(st *config.Stack, b config.Binding, cmd string) error {
+	stream := supervisor.StreamName(b)
+	return &hintError{
+		err: fmt.Errorf("%s copies SQLite store files; %s binding %s uses engine jetstream (stream %s on %s): use the NATS tooling for it",
+			cmd, b.Type, b.Name, stream, jsWhere(st)),
+		try: fmt.Sprintf("nats stream backup %s ./%s-backup (and nats stream restore ./%s-backup to restore it)", stream, stream, stream),
+	}
 }

@@ -47,6 +47,9 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if b.Engine == config.EngineJetStream {
+		return jetStreamBackupRefused(st, b, "restore")
+	}
 	src, err := filepath.Abs(pos[1])
 	if err != nil {
 		return err
