@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // startJetStream starts a real embedded JetStream server on a free
@@ -261,5 +264,48 @@ func TestAsyncAPILeavesOutJetStreamQueues(t *testing.T) {
 	code, stdout, stderr := runApp(t, nil, "asyncapi", "-f", stack, "--json")
 	if code != 0 || !strings.Contains(stdout, "localcloud.shop.jobs.available") || strings.Contains(stdout, "localcloud.shop.orders.available") {
 		t.Fatalf("exit %d: %s%s", code, stdout, stderr)
+	}
+}
+
+// TestBenchOnJetStream: bench queue and kv --engine jetstream run their
+// load through the engine on a temporary stream of the stack's JetStream
+// and delete it; the stack's own streams stay.
+func TestBenchOnJetStream(t *testing.T) {
+	t.Parallel()
+	url := startJetStream(t)
+	stack := jetStreamStack(t, url)
+	if code, _, stderr := runIn(t, nil, "queue", "send", "-f", stack, "orders", "kept"); code != 0 {
+		t.Fatalf("send: %d %s", code, stderr)
+	}
+	code, out, stderr := runIn(t, nil, "bench", "-f", stack, "--engine", "jetstream", "--replicas", "1", "--duration", "300ms", "--workers", "2", "--json")
+	var res benchJSON
+	if code != 0 || json.Unmarshal(out, &res) != nil || len(res.Benches) != 2 {
+		t.Fatalf("bench: exit %d\n%s%s", code, out, stderr)
+	}
+	for _, b := range res.Benches {
+		if b.Engine != "jetstream" || b.Replicas != 1 || !strings.Contains(b.Stream, "_bench-") || b.FirstError != "" {
+			t.Errorf("bench %s: %+v", b.Kind, b)
+		}
+		for _, o := range b.Ops {
+			if o.Count == 0 || o.Errors != 0 {
+				t.Errorf("bench %s op %s: %+v", b.Kind, o.Op, o)
+			}
+		}
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	var names []string
+	for n := range js.StreamNames(context.Background()).Name() {
+		names = append(names, n)
+	}
+	if all := strings.Join(names, ","); strings.Contains(all, "bench") || !strings.Contains(all, "LCQ_orders") {
+		t.Errorf("streams after bench: %v, want LCQ_orders and no bench stream", names)
+	}
+	if code, _, stderr := runIn(t, nil, "bench", "--engine", "jetstream", "--processes", "2", "-f", stack); code != exitUsage || !strings.Contains(stderr, "--processes must be 1 with --engine jetstream") {
+		t.Errorf("bench --processes 2 on jetstream: %d %s", code, stderr)
 	}
 }
