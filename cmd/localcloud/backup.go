@@ -116,6 +116,9 @@ and only then gets the name DEST, mode 0600. DEST is never overwritten;
 when DEST is a folder the backup is DEST/BINDING-<UTC yyyymmddThhmmssZ>.sqlite.
 The backup is a single self-contained file (rollback journal mode, no -wal).
 
+A jetstream binding (engine: jetstream) has no file: backup refuses it (exit
+1) and names the NATS tooling: nats stream backup LCQ_<binding> DIR.
+
 Examples:
   localcloud backup carts carts.sqlite
   localcloud backup orders backups/ --json

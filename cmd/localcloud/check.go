@@ -296,6 +296,11 @@ For every binding (or the ones named) check verifies:
     timestamp, a json payload that is not JSON, an unknown payload_type, a
     number or TEXT in the kv value column, ...), naming the row id or key.
 
+On a jetstream binding check opens it read-only through the engine: the
+stream exists with the settings the binding needs, a queue's consumer
+exists, leaders are elected; it reports the stream's replicas, leader and
+any offline or lagging replica (docs/CLI.md, "check").
+
 It prints one line per problem ("BINDING: KIND: message"), or "BINDING: ok",
 and exits 1 if it found any problem. A binding whose store does not exist yet
 is not a problem. check opens the database read-only through SQLite and never

@@ -143,8 +143,25 @@ func TestQueueCommandsOnJetStream(t *testing.T) {
 	if code != 0 || json.Unmarshal(out, &tl) != nil || tl.Payload != "tailed" || tl.Attempt != 0 {
 		t.Errorf("tail: exit %d, %s, %s", code, out, stderr)
 	}
+	code, out, stderr = runIn(t, nil, "queue", "receive", "-f", stack, "orders", "--visibility", "5s", "--json")
+	if code != 0 || json.Unmarshal(out, &r) != nil || len(r.Messages) != 1 {
+		t.Fatalf("receive: exit %d, %s, %s", code, out, stderr)
+	}
+	if code, out, stderr := runIn(t, nil, "queue", "extend", "-f", stack, "orders", r.Messages[0].Receipt, "1m", "--json"); code != 0 || !strings.Contains(string(out), `"visibleUntil"`) {
+		t.Errorf("extend: exit %d, %s, %s", code, out, stderr)
+	}
+	if code, _, stderr := runIn(t, nil, "queue", "send", "-f", stack, "orders", "later", "--delay", "1h"); code != 0 {
+		t.Fatalf("send --delay: exit %d, %s", code, stderr)
+	}
+	code, out, stderr = runIn(t, nil, "queue", "peek", "-f", stack, "orders", "--json")
+	if code != 0 || json.Unmarshal(out, &p) != nil || len(p.Messages) != 2 || p.Messages[1].State != stateDelayed || p.Messages[1].Payload != "later" {
+		t.Errorf("peek with a delayed send: exit %d, %s, %s", code, out, stderr)
+	}
+	if code, _, stderr := runIn(t, nil, "queue", "redrive", "-f", stack, "orders-dlq", "--to", "files"); code != exitUsage || !strings.Contains(stderr, "redrive moves messages between queues of one engine") {
+		t.Errorf("redrive --to a sqlite queue: exit %d, %s", code, stderr)
+	}
 	code, out, stderr = runIn(t, nil, "queue", "purge", "-f", stack, "orders", "--yes", "--json")
-	if code != 0 || !strings.Contains(string(out), `"messagesBefore": 1`) {
+	if code != 0 || !strings.Contains(string(out), `"messagesBefore": 2`) {
 		t.Errorf("purge: exit %d, %s, %s", code, out, stderr)
 	}
 	if code, out, stderr := runIn(t, nil, "queue", "stats", "-f", stack, "orders"); code != 0 || !strings.Contains(string(out), "orders  0    0          0        0      -") {

@@ -328,6 +328,11 @@ Keys are 1-512 bytes of A-Z a-z 0-9 - _ : . Reads need the store to exist;
 put creates it (as an app's first write would). Works with or without
 localcloud up running.
 
+On a jetstream binding (engine: jetstream) the same commands work on its
+stream LCKV_<binding>, reached like an app's FromEnv: the stack's
+jetstream.servers, or the embedded server of the running localcloud up
+(which must then run). See docs/CLI.md, "Jetstream bindings".
+
 Examples:
   localcloud kv put carts cart:42 '{"items":3}' --ttl 1h
   localcloud kv get carts cart:42

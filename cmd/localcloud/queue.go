@@ -788,6 +788,13 @@ the flags.
 peek and stats open the store read-only. While localcloud up runs, send and
 nack wake waiting consumers at once through up's hint server.
 
+On a jetstream binding (engine: jetstream) every subcommand works on its
+stream LCQ_<binding>, reached like an app's FromEnv: the stack's
+jetstream.servers, or the embedded server of the running localcloud up
+(which must then run). Ids are stream sequences and receipts start with
+js1:; peek shows a delivered message in flight with no visible-at time (the
+server holds lease ends). See docs/CLI.md, "Jetstream bindings".
+
 Examples:
   localcloud queue send orders '{"order":42}' --json-payload
   echo hello | localcloud queue send orders -

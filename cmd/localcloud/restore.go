@@ -172,6 +172,9 @@ checkpoints the live store into its database file and gives it a second name,
 <file>.replaced-<UTC yyyymmddThhmmssZ>, and renames the copy into place in one
 step. The replaced store stays beside it; delete it when no longer needed.
 
+A jetstream binding (engine: jetstream) has no file: restore refuses it
+(exit 1) and names the NATS tooling: nats stream restore DIR.
+
 Limits: restore refuses (and changes nothing) when another process has the
 store open, which it sees from the -wal/-shm files SQLite keeps while a
 connection is open and, on Linux, from /proc (naming the pid; processes of
