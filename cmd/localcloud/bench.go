@@ -229,6 +229,14 @@ func (c *benchCommand) jetStream(ctx context.Context, file string, cfg *benchCon
 	if err != nil {
 		return nil, err
 	}
+	if !st.JetStream.External() {
+		if _, running, err := supervisor.Probe(st.DataDir); err == nil && !running {
+			return nil, &hintError{
+				err: fmt.Errorf("bench --engine jetstream runs on the JetStream of stack %s, which is up's embedded server (no jetstream.servers); start localcloud up (it is not running for data dir %s)", st.Name, st.DataDir),
+				try: "localcloud up -f " + st.File + " in another terminal, then run the bench again",
+			}
+		}
+	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	cfg.jsName = fmt.Sprintf("bench-%x", suffix)

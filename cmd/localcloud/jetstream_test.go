@@ -261,6 +261,9 @@ bindings:
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
 	}
+	if code, _, stderr := runApp(t, nil, "bench", "queue", "--engine", "jetstream", "-f", stack); code != 1 || !strings.Contains(stderr, "up's embedded server (no jetstream.servers); start localcloud up") {
+		t.Errorf("bench --engine jetstream without up: exit %d, %s", code, stderr)
+	}
 	code, stdout, stderr := runApp(t, nil, "check", "-f", stack)
 	if code != 0 || !strings.Contains(stdout, "carts: skipped") || !strings.Contains(stdout, "localcloud up is not running") {
 		t.Errorf("check: exit %d\n%s%s", code, stdout, stderr)
