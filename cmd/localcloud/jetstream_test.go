@@ -329,3 +329,40 @@ func TestBenchOnJetStream(t *testing.T) {
 		t.Errorf("bench --processes 2 on jetstream: %d %s", code, stderr)
 	}
 }
+
+// TestJetStreamCommandsUseTheStackToken: on a cluster with a token the CLI
+// reads it from the variable the stack names (jetstream.token: ${VAR}), as
+// FromEnv does; with the variable empty it says which one. Not parallel:
+// it sets the process environment, where the token is read at dial time.
+func TestJetStreamCommandsUseTheStackToken(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(), Authorization: "s3cret-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("JetStream server not ready")
+	}
+	stack := writeStack(t, fmt.Sprintf(`version: 1
+name: shop
+notify: {listen: "127.0.0.1:0"}
+jetstream:
+  servers: [%s]
+  token: ${LC_JSCLI_TOKEN}
+bindings:
+  carts: {type: kv, engine: jetstream, replicas: 1}
+`, srv.ClientURL()))
+	t.Setenv("LC_JSCLI_TOKEN", "s3cret-token")
+	if code, _, stderr := runIn(t, nil, "kv", "put", "-f", stack, "carts", "k", "v"); code != 0 {
+		t.Fatalf("put with the token: exit %d, %s", code, stderr)
+	}
+	if code, out, stderr := runIn(t, nil, "kv", "get", "-f", stack, "carts", "k"); code != 0 || string(out) != "v" {
+		t.Fatalf("get with the token: exit %d, %q, %s", code, out, stderr)
+	}
+	t.Setenv("LC_JSCLI_TOKEN", "")
+	if code, _, stderr := runIn(t, nil, "kv", "get", "-f", stack, "carts", "k"); code != 1 || !strings.Contains(stderr, "environment variable LC_JSCLI_TOKEN, which holds the JetStream token, is not set") {
+		t.Errorf("get without the token: exit %d, %s", code, stderr)
+	}
+}
