@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // backupCommand writes a verified online snapshot of a binding's store.
@@ -40,6 +42,9 @@ func (c *backupCommand) Run(ctx context.Context, args []string) error {
 	st, b, err := c.app.findBinding(*file, pos[0], "")
 	if err != nil {
 		return err
+	}
+	if b.Engine == config.EngineJetStream {
+		return jetStreamBackupRefused(st, b, "backup")
 	}
 	if err := needStore(st, b); err != nil {
 		return err
@@ -111,6 +116,9 @@ and only then gets the name DEST, mode 0600. DEST is never overwritten;
 when DEST is a folder the backup is DEST/BINDING-<UTC yyyymmddThhmmssZ>.sqlite.
 The backup is a single self-contained file (rollback journal mode, no -wal).
 
+A jetstream binding (engine: jetstream) has no file: backup refuses it (exit
+1) and names the NATS tooling: nats stream backup LCQ_<binding> DIR.
+
 Examples:
   localcloud backup carts carts.sqlite
   localcloud backup orders backups/ --json
@@ -118,4 +126,16 @@ Examples:
 Flags:
 `)
 	printDefaults(c.app.stdout, fs)
+}
+
+// jetStreamBackupRefused is the error of backup and restore on a jetstream
+// binding: they copy SQLite files; a stream is backed up and restored with
+// the NATS tooling, which names the stream.
+func jetStreamBackupRefused(st *config.Stack, b config.Binding, cmd string) error {
+	stream := supervisor.StreamName(b)
+	return &hintError{
+		err: fmt.Errorf("%s copies SQLite store files; %s binding %s uses engine jetstream (stream %s on %s): use the NATS tooling for it",
+			cmd, b.Type, b.Name, stream, jsWhere(st)),
+		try: fmt.Sprintf("nats stream backup %s ./%s-backup (and nats stream restore ./%s-backup to restore it)", stream, stream, stream),
+	}
 }

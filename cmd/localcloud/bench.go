@@ -22,9 +22,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // Defaults of bench.
@@ -65,6 +71,13 @@ type benchConfig struct {
 	Processes  int
 	Batch      int
 	Durability bindings.Durability
+	// Engine is "sqlite" (a temporary folder) or "jetstream" (a temporary
+	// stream on the stack's JetStream, reached through js, named jsName,
+	// with Replicas replicas).
+	Engine   string
+	js       *nats.Conn
+	jsName   string
+	Replicas int
 }
 
 // benchJSON is bench's --json output.
@@ -73,13 +86,18 @@ type benchJSON struct {
 }
 
 type benchResultJSON struct {
-	Kind           string   `json:"kind"`
-	DurationMillis int64    `json:"durationMillis"`
-	ElapsedMillis  int64    `json:"elapsedMillis"`
-	Workers        int      `json:"workers"`
-	Processes      int      `json:"processes"`
-	Batch          int      `json:"batch"`
-	Durability     string   `json:"durability"`
+	Kind           string `json:"kind"`
+	DurationMillis int64  `json:"durationMillis"`
+	ElapsedMillis  int64  `json:"elapsedMillis"`
+	Workers        int    `json:"workers"`
+	Processes      int    `json:"processes"`
+	Batch          int    `json:"batch"`
+	Durability     string `json:"durability"`
+	// Engine is "sqlite" or "jetstream"; on jetstream Stream names the
+	// temporary stream and Replicas its replicas.
+	Engine         string   `json:"engine"`
+	Stream         string   `json:"stream,omitempty"`
+	Replicas       int      `json:"replicas,omitempty"`
 	CPUs           int      `json:"cpus"`
 	ValueBytes     int      `json:"valueBytes"`
 	MessagesPerSec float64  `json:"messagesPerSec,omitempty"`
@@ -109,12 +127,15 @@ type benchFlags struct {
 	cfg        benchConfig
 	durability string
 	asJSON     bool
+	file       *string
 }
 
 func (c *benchCommand) flags() *benchFlags {
 	f := &benchFlags{fs: newFlagSet("bench")}
 	fs := f.fs
-	stackFlag(fs) // accepted like everywhere; bench needs no stack
+	f.file = stackFlag(fs) // read only with --engine jetstream
+	fs.StringVar(&f.cfg.Engine, "engine", "sqlite", "`E`: sqlite (a temporary folder) or jetstream (a temporary stream on the stack's JetStream)")
+	fs.IntVar(&f.cfg.Replicas, "replicas", 0, "jetstream: the temporary stream's replicas `R` (default: 1 on up's embedded server, 3 on jetstream.servers)")
 	fs.DurationVar(&f.cfg.Duration, "duration", DefaultBenchDuration, "run each load for `D`")
 	fs.IntVar(&f.cfg.Workers, "workers", DefaultBenchWorkers, "`N` concurrent workers in each process")
 	fs.IntVar(&f.cfg.Processes, "processes", DefaultBenchProcesses, "`P` processes (more than 1 re-runs this binary as load processes)")
@@ -152,6 +173,15 @@ func (c *benchCommand) Run(ctx context.Context, args []string) error {
 		return &usageError{msg: fmt.Sprintf("--processes must be 1-64, got %d", cfg.Processes), try: "localcloud bench --processes 2"}
 	case cfg.Batch < 1 || cfg.Batch > queue.MaxReceiveBatch:
 		return &usageError{msg: fmt.Sprintf("--batch must be 1-%d, got %d", queue.MaxReceiveBatch, cfg.Batch), try: "localcloud bench queue --batch 10"}
+	case cfg.Engine != config.EngineSQLite && cfg.Engine != config.EngineJetStream:
+		return &usageError{msg: fmt.Sprintf("--engine must be sqlite or jetstream, got %q", cfg.Engine), try: "localcloud bench queue --engine jetstream"}
+	case cfg.Engine == config.EngineJetStream && cfg.Processes > 1:
+		return &usageError{msg: fmt.Sprintf("--processes must be 1 with --engine jetstream, got %d (the workers share one connection, as an app's stores do)", cfg.Processes),
+			try: "localcloud bench queue --engine jetstream --workers 8"}
+	case cfg.Engine == config.EngineSQLite && cfg.Replicas != 0:
+		return &usageError{msg: "--replicas applies to --engine jetstream only", try: "localcloud bench queue --engine jetstream --replicas 3"}
+	case cfg.Replicas < 0 || cfg.Replicas > config.ReplicasMax:
+		return &usageError{msg: fmt.Sprintf("--replicas must be %d-%d, got %d", config.ReplicasMin, config.ReplicasMax, cfg.Replicas), try: "localcloud bench queue --engine jetstream --replicas 3"}
 	}
 	batchSet := false
 	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "batch" })
@@ -160,6 +190,13 @@ func (c *benchCommand) Run(ctx context.Context, args []string) error {
 	}
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()
+	if cfg.Engine == config.EngineJetStream {
+		closeJS, err := c.jetStream(ctx, *f.file, cfg)
+		if err != nil {
+			return err
+		}
+		defer closeJS()
+	}
 	var out benchJSON
 	for _, kind := range kinds {
 		k := *cfg
@@ -185,8 +222,61 @@ func (c *benchCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// jetStream connects cfg to the JetStream of the stack file, as the store
+// commands do (dialJetStream), and picks the temporary name and replicas.
+func (c *benchCommand) jetStream(ctx context.Context, file string, cfg *benchConfig) (closeJS func(), err error) {
+	st, err := c.app.loadStack(file)
+	if err != nil {
+		return nil, err
+	}
+	if !st.JetStream.External() {
+		if _, running, err := supervisor.Probe(st.DataDir); err == nil && !running {
+			return nil, &hintError{
+				err: fmt.Errorf("bench --engine jetstream runs on the JetStream of stack %s, which is up's embedded server (no jetstream.servers); start localcloud up (it is not running for data dir %s)", st.Name, st.DataDir),
+				try: "localcloud up -f " + st.File + " in another terminal, then run the bench again",
+			}
+		}
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	cfg.jsName = fmt.Sprintf("bench-%x", suffix)
+	if cfg.Replicas == 0 {
+		cfg.Replicas = config.DefaultReplicasEmbedded
+		if st.JetStream.External() {
+			cfg.Replicas = config.DefaultReplicasCluster
+		}
+	}
+	nc, err := dialJetStream(ctx, st, config.Binding{Name: cfg.jsName, Type: config.TypeQueue, Engine: config.EngineJetStream, Replicas: cfg.Replicas})
+	if err != nil {
+		return nil, err
+	}
+	cfg.js = nc
+	return nc.Close, nil
+}
+
+// benchStream is the temporary stream of a jetstream bench of kind.
+func benchStream(cfg benchConfig) string {
+	t := config.TypeKV
+	if cfg.Kind == "queue" {
+		t = config.TypeQueue
+	}
+	return supervisor.StreamName(config.Binding{Name: cfg.jsName, Type: t})
+}
+
 // runBench runs one kind against a new temporary store and removes it.
 func (c *benchCommand) runBench(ctx context.Context, cfg benchConfig) (benchResultJSON, error) {
+	if cfg.js != nil {
+		// The temporary stream goes at the end, as the folder does.
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if js, err := jetstream.New(cfg.js); err == nil {
+				if err := js.DeleteStream(dctx, benchStream(cfg)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+					fmt.Fprintf(c.app.stderr, "localcloud bench: delete the temporary stream %s: %v (remove it with nats stream rm %s)\n", benchStream(cfg), err, benchStream(cfg))
+				}
+			}
+		}()
+	}
 	dir, err := os.MkdirTemp("", "localcloud-bench-")
 	if err != nil {
 		return benchResultJSON{}, err
@@ -217,17 +307,35 @@ func (c *benchCommand) runBench(ctx context.Context, cfg benchConfig) (benchResu
 
 func provision(ctx context.Context, cfg benchConfig, dir string) error {
 	if cfg.Kind == "kv" {
-		s, err := kv.Open(ctx, dir, kv.WithDurability(cfg.Durability))
+		s, err := openBenchKV(ctx, cfg, dir)
 		if err != nil {
 			return err
 		}
 		return s.Close()
 	}
-	q, err := queue.Open(ctx, dir, queue.WithDurability(cfg.Durability))
+	q, err := openBenchQueue(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
 	return q.Close()
+}
+
+// openBenchKV opens the bench's KV store: the folder dir, or the temporary
+// stream on cfg.js.
+func openBenchKV(ctx context.Context, cfg benchConfig, dir string) (*kv.Store, error) {
+	if cfg.js != nil {
+		return kv.OpenEngine(ctx, jsengine.KV{Conn: cfg.js, Replicas: cfg.Replicas}, cfg.jsName, kv.WithDurability(cfg.Durability))
+	}
+	return kv.Open(ctx, dir, kv.WithDurability(cfg.Durability))
+}
+
+// openBenchQueue opens the bench's queue: the folder dir, or the temporary
+// stream on cfg.js.
+func openBenchQueue(ctx context.Context, cfg benchConfig, dir string) (*queue.Queue, error) {
+	if cfg.js != nil {
+		return queue.OpenEngine(ctx, jsengine.Queue{Conn: cfg.js, Replicas: cfg.Replicas}, cfg.jsName, queue.WithDurability(cfg.Durability))
+	}
+	return queue.Open(ctx, dir, queue.WithDurability(cfg.Durability))
 }
 
 // runProcesses execs cfg.Processes worker processes of this binary on dir
@@ -416,7 +524,7 @@ func (r loadResult) summary(cfg benchConfig) benchResultJSON {
 	elapsed := time.Duration(r.ElapsedNanos)
 	out := benchResultJSON{
 		Kind: cfg.Kind, DurationMillis: cfg.Duration.Milliseconds(), ElapsedMillis: elapsed.Milliseconds(),
-		Workers: cfg.Workers, Processes: cfg.Processes, Batch: cfg.Batch, Durability: string(cfg.Durability),
+		Workers: cfg.Workers, Processes: cfg.Processes, Batch: cfg.Batch, Durability: string(cfg.Durability), Engine: cfg.Engine,
 		CPUs: runtime.NumCPU(), ValueBytes: benchValueBytes, FirstError: r.FirstError, Ops: []opJSON{},
 	}
 	secs := elapsed.Seconds()
@@ -434,6 +542,9 @@ func (r loadResult) summary(cfg benchConfig) benchResultJSON {
 	if cfg.Kind == "queue" {
 		out.MessagesPerSec = out.Ops[2].OpsPerSec // acked messages
 	}
+	if cfg.js != nil {
+		out.Stream, out.Replicas = benchStream(cfg), cfg.Replicas
+	}
 	return out
 }
 
@@ -450,12 +561,12 @@ func runLoad(ctx context.Context, cfg benchConfig, dir string, index int, start,
 	var q *queue.Queue
 	var err error
 	if cfg.Kind == "kv" {
-		kvs, err = kv.Open(ctx, dir, kv.WithDurability(cfg.Durability))
+		kvs, err = openBenchKV(ctx, cfg, dir)
 		if err == nil {
 			defer kvs.Close()
 		}
 	} else {
-		q, err = queue.Open(ctx, dir, queue.WithDurability(cfg.Durability))
+		q, err = openBenchQueue(ctx, cfg, dir)
 		if err == nil {
 			defer q.Close()
 		}
@@ -748,8 +859,12 @@ func printBench(w io.Writer, r benchResultJSON) {
 	if r.Kind == "queue" {
 		batch = fmt.Sprintf(", batch %d", r.Batch)
 	}
-	fmt.Fprintf(w, "bench %s: %s, %d workers x %d process%s%s, durability %s, %d CPUs\n",
-		r.Kind, time.Duration(r.DurationMillis)*time.Millisecond, r.Workers, r.Processes, s, batch, r.Durability, r.CPUs)
+	engine := ""
+	if r.Engine == config.EngineJetStream {
+		engine = fmt.Sprintf(", engine jetstream (temporary stream %s, %d replica(s))", r.Stream, r.Replicas)
+	}
+	fmt.Fprintf(w, "bench %s: %s, %d workers x %d process%s%s, durability %s%s, %d CPUs\n",
+		r.Kind, time.Duration(r.DurationMillis)*time.Millisecond, r.Workers, r.Processes, s, batch, r.Durability, engine, r.CPUs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OP\tCOUNT\tOPS/S\tP50\tP99\tMAX\tERRORS\t\t")
 	for _, o := range r.Ops {
@@ -783,10 +898,19 @@ func (c *benchCommand) Usage() {
 
 Usage:
   localcloud bench [kv|queue] [--duration D] [--workers N] [--processes P] [--batch N] [--json]
+  localcloud bench [kv|queue] --engine jetstream [-f FILE] [--replicas R] [--duration D] [--workers N] [--batch N] [--json]
 
 bench creates a store in a new temporary folder ($TMPDIR), runs a load for
 --duration and removes the folder; it never touches a stack's stores (it
 needs no stack file). Without kv or queue it runs both, one after the other.
+
+With --engine jetstream it creates a temporary stream (LCQ_bench-XXXXXXXX or
+LCKV_bench-XXXXXXXX) on the stack's JetStream instead, reached as the kv and
+queue commands reach it (jetstream.servers, or the embedded server of the
+running localcloud up), runs the same load through the JetStream engine and
+deletes the stream; the stack's own streams are not touched. --replicas
+sets its replicas (default 1 on up's embedded server, 3 on a cluster);
+--processes must be 1.
 
   kv     each worker alternates a put (a fresh 128-byte value for one of its
          10000 keys) and a get of a key it wrote.

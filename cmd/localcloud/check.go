@@ -49,11 +49,15 @@ type checkStoreJSON struct {
 	Objects  int                `json:"objects"`
 	Problems []sqlstore.Problem `json:"problems"`
 	Notes    []string           `json:"notes"`
-	// Engine is "jetstream" for a binding check skipped (Skipped), with
-	// its Stream; absent for a sqlite binding.
-	Engine  string `json:"engine,omitempty"`
-	Stream  string `json:"stream,omitempty"`
-	Skipped bool   `json:"skipped,omitempty"`
+	// Engine is "jetstream" for a jetstream binding, with its Stream, the
+	// stream's Replicas and its Leader ("" on a single server); absent for
+	// a sqlite binding. Format is then "jetstream", Path and File "".
+	// Skipped: not checked (up's embedded server is not running).
+	Engine   string `json:"engine,omitempty"`
+	Stream   string `json:"stream,omitempty"`
+	Replicas int    `json:"replicas,omitempty"`
+	Leader   string `json:"leader,omitempty"`
+	Skipped  bool   `json:"skipped,omitempty"`
 }
 
 func formatOf(t config.Type) sqlstore.Format {
@@ -92,9 +96,9 @@ func (c *checkCommand) Run(ctx context.Context, args []string) error {
 	out := checkJSON{Stores: []checkStoreJSON{}}
 	for _, b := range bs {
 		if b.Engine == config.EngineJetStream {
-			out.Stores = append(out.Stores, checkStoreJSON{Binding: b.Name, Type: string(b.Type), Engine: b.Engine,
-				Stream: supervisor.StreamName(b), OK: true, Skipped: true, Problems: []sqlstore.Problem{},
-				Notes: []string{"check reads SQLite stores only; it is not supported on a jetstream binding yet (see nats stream info " + supervisor.StreamName(b) + ")"}})
+			r := checkJetStream(ctx, st, b)
+			out.Problems += len(r.Problems)
+			out.Stores = append(out.Stores, r)
 			continue
 		}
 		r, err := checkStore(ctx, st, b)
@@ -150,6 +154,17 @@ func (c *checkCommand) print(out checkJSON) {
 		switch {
 		case s.Skipped:
 			fmt.Fprintf(w, "%s: skipped (engine jetstream, stream %s)\n", s.Binding, s.Stream)
+		case s.Engine == config.EngineJetStream && !s.Exists && s.OK:
+			fmt.Fprintf(w, "%s: not provisioned yet (engine jetstream, stream %s)\n", s.Binding, s.Stream)
+		case s.Engine == config.EngineJetStream && s.OK:
+			what := ""
+			if s.Type == string(config.TypeQueue) {
+				what = ", consumer lc"
+			}
+			if s.Leader != "" {
+				what += ", leader " + s.Leader
+			}
+			fmt.Fprintf(w, "%s: ok (engine jetstream, stream %s with the expected settings, %d replica(s)%s)\n", s.Binding, s.Stream, s.Replicas, what)
 		case !s.Exists && s.OK:
 			fmt.Fprintf(w, "%s: not provisioned yet (%s does not exist); localcloud up creates it\n", s.Binding, s.File)
 		case s.OK:
@@ -280,6 +295,11 @@ For every binding (or the ones named) check verifies:
     localcloud reads with a conversion or cannot deliver (a REAL or TEXT
     timestamp, a json payload that is not JSON, an unknown payload_type, a
     number or TEXT in the kv value column, ...), naming the row id or key.
+
+On a jetstream binding check opens it read-only through the engine: the
+stream exists with the settings the binding needs, a queue's consumer
+exists, leaders are elected; it reports the stream's replicas, leader and
+any offline or lagging replica (docs/CLI.md, "check").
 
 It prints one line per problem ("BINDING: KIND: message"), or "BINDING: ok",
 and exits 1 if it found any problem. A binding whose store does not exist yet

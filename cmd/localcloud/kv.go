@@ -80,13 +80,14 @@ func kvFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
 
 // openBinding resolves and opens the KV binding called name; create makes
 // the store when it does not exist yet.
-func (c *kvCommand) openBinding(ctx context.Context, file, name string, create bool) (*kv.Store, config.Binding, error) {
+// close closes the store (and a jetstream binding's connection).
+func (c *kvCommand) openBinding(ctx context.Context, file, name string, create bool) (s *kv.Store, close func(), b config.Binding, err error) {
 	st, b, err := c.app.findBinding(file, name, config.TypeKV)
 	if err != nil {
-		return nil, b, err
+		return nil, nil, b, err
 	}
-	s, err := openKV(ctx, st, b, create)
-	return s, b, err
+	s, close, err = openKV(ctx, st, b, create)
+	return s, close, b, err
 }
 
 // withKey runs a subcommand that takes BINDING KEY and reads an existing
@@ -98,11 +99,11 @@ func (c *kvCommand) withKey(ctx context.Context, sub string, args []string, do f
 	if err != nil {
 		return err
 	}
-	s, b, err := c.openBinding(ctx, *file, pos[0], false)
+	s, closeStore, b, err := c.openBinding(ctx, *file, pos[0], false)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeStore()
 	return do(s, b, pos[1], *asJSON)
 }
 
@@ -157,11 +158,11 @@ func (c *kvCommand) put(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, b, err := c.openBinding(ctx, *file, pos[0], true)
+	s, closeStore, b, err := c.openBinding(ctx, *file, pos[0], true)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeStore()
 	var opts []kv.PutOption
 	if ttlSet {
 		opts = append(opts, kv.WithTTL(*ttl))
@@ -249,11 +250,11 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 	if *limit < 1 || *limit > kv.MaxScanLimit {
 		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", kv.MaxScanLimit, *limit), try: "localcloud kv scan -h"}
 	}
-	s, b, err := c.openBinding(ctx, *file, pos[0], false)
+	s, closeStore, b, err := c.openBinding(ctx, *file, pos[0], false)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer closeStore()
 	prefix := pos[1]
 	out := kvScanJSON{Binding: b.Name, Prefix: prefix, Items: []kvItemJSON{}}
 	next := *cursor
@@ -326,6 +327,11 @@ the flags (for a VALUE starting with "-").
 Keys are 1-512 bytes of A-Z a-z 0-9 - _ : . Reads need the store to exist;
 put creates it (as an app's first write would). Works with or without
 localcloud up running.
+
+On a jetstream binding (engine: jetstream) the same commands work on its
+stream LCKV_<binding>, reached like an app's FromEnv: the stack's
+jetstream.servers, or the embedded server of the running localcloud up
+(which must then run). See docs/CLI.md, "Jetstream bindings".
 
 Examples:
   localcloud kv put carts cart:42 '{"items":3}' --ttl 1h

@@ -16,6 +16,8 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // queueCommand works with a queue binding's store.
@@ -175,13 +177,14 @@ func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
 }
 
 // openBinding resolves and opens the queue binding named by pos[0].
-func (c *queueCommand) openBinding(ctx context.Context, file, name string, access queueAccess) (*queue.Queue, config.Binding, error) {
+// close closes the queue (and a jetstream binding's connection).
+func (c *queueCommand) openBinding(ctx context.Context, file, name string, access queueAccess) (q *queue.Queue, close func(), b config.Binding, err error) {
 	st, b, err := c.app.findBinding(file, name, config.TypeQueue)
 	if err != nil {
-		return nil, b, err
+		return nil, nil, b, err
 	}
-	q, err := openQueue(ctx, st, b, access)
-	return q, b, err
+	q, close, err = openQueue(ctx, st, b, access)
+	return q, close, b, err
 }
 
 func (c *queueCommand) send(ctx context.Context, args []string) error {
@@ -204,11 +207,11 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 		}
 		p = queue.JSON(json.RawMessage(data))
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueCreate)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueCreate)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	var res queue.SendResult
 	sopts := []queue.SendOption{queue.WithDelay(*delay), queue.WithSendResult(&res)}
 	if *dedupKey != "" {
@@ -254,11 +257,11 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 			try: "leave --visibility out for the binding's visibilityTimeout, or give e.g. --visibility 30s",
 		}
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	var opts []queue.ReceiveOption
 	if visSet {
 		opts = append(opts, queue.ReceiveVisibility(*vis))
@@ -328,16 +331,16 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	if *delay < 0 || *delay > queue.MaxDelay {
 		return &usageError{msg: fmt.Sprintf("--delay must be between 0s and %s, got %s", queue.MaxDelay, *delay), try: "localcloud queue nack BINDING RECEIPT --delay 30s"}
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	out := queueReceiptJSON{Binding: b.Name}
 	var failed []string
 	for _, r := range pos[1:] {
 		res := queueReceiptState{Receipt: r, OK: true}
-		if _, err := queue.ParseReceipt(r); err != nil {
+		if err := checkReceipt(b, r); err != nil {
 			res.OK, res.Error = false, fmt.Sprintf("%v; nothing %sed", err, op)
 			failed = append(failed, fmt.Sprintf("%s %s: %s", op, r, res.Error))
 			out.Results = append(out.Results, res)
@@ -381,11 +384,11 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	before, err := q.Stats(ctx)
 	if err != nil {
 		return err
@@ -432,11 +435,11 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	if *limit < 1 || *limit > queue.MaxPeekLimit {
 		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", queue.MaxPeekLimit, *limit), try: "localcloud queue peek -h"}
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	msgs, err := q.Peek(ctx, *limit)
 	if err != nil {
 		return err
@@ -448,6 +451,9 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
 				Bytes: len(m.Payload.Data), PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt),
 				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd}
+			if leaseUnknown(b, m) {
+				po.VisibleAt, po.State = "", stateInFlight
+			}
 			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
 				po.JSON = json.RawMessage(m.Payload.Data)
 			}
@@ -465,15 +471,18 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tATTEMPT\tENQUEUED\tVISIBLE AT\tSTATE\tORIGIN\tTYPE\tPAYLOAD\tLAST ERROR")
 	for _, m := range msgs {
-		state := peekState(m, now)
-		if state != stateDue && state != stateMoving && state != stateNeverDue {
+		state, visible := peekState(m, now), fmtTime(m.VisibleAt)
+		switch {
+		case leaseUnknown(b, m):
+			state, visible = stateInFlight+" (lease end held by the server)", "-"
+		case state != stateDue && state != stateMoving && state != stateNeverDue:
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
 		}
 		lastErr := "-"
 		if m.LastError != "" {
 			lastErr = preview([]byte(m.LastError))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), fmtTime(m.VisibleAt),
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Attempt, fmtTime(m.EnqueuedAt), visible,
 			state, originText(m.Origin), m.Payload.Type, payloadPreview(m.Payload), lastErr)
 	}
 	if err := tw.Flush(); err != nil {
@@ -532,6 +541,13 @@ func originText(o *queue.Origin) string {
 	return fmt.Sprintf("%s#%d (%d attempts)", name, o.ID, o.Attempts)
 }
 
+// leaseUnknown reports a delivered message of a jetstream queue: the
+// server holds its lease end, so peek shows it in flight with no visibleAt
+// (it is due again when its lease runs out or it is nacked).
+func leaseUnknown(b config.Binding, m queue.PeekedMessage) bool {
+	return b.Engine == config.EngineJetStream && m.Delivered && m.VisibleAt.IsZero()
+}
+
 // peekState says whether a message is due, in flight (leased), delayed, or
 // being moved to another queue (a dead letter on its way out).
 func peekState(m queue.PeekedMessage, now time.Time) string {
@@ -554,11 +570,11 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	s, err := q.Stats(ctx)
 	if err != nil {
 		return err
@@ -619,11 +635,11 @@ func (c *queueCommand) extend(ctx context.Context, args []string) error {
 	if err != nil {
 		return &usageError{msg: fmt.Sprintf("DURATION: %q is not a duration like 30s or 5m", pos[2]), try: "localcloud queue extend BINDING RECEIPT 5m"}
 	}
-	q, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	until := c.clock().Add(d)
 	if err := q.Extend(ctx, pos[1], d); err != nil {
 		if errors.Is(err, queue.ErrStaleReceipt) {
@@ -679,13 +695,20 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 		if tb.Name == b.Name {
 			return &usageError{msg: "--to must name another queue binding than the dead-letter queue " + b.Name, try: "localcloud queue redrive " + b.Name}
 		}
-		opts = append(opts, queue.RedriveTo(tb.Path))
+		if tb.Engine != b.Engine {
+			return &usageError{
+				msg: fmt.Sprintf("--to %s: queue %s uses engine %s and %s uses engine %s; redrive moves messages between queues of one engine",
+					tb.Name, tb.Name, engineOf(tb), b.Name, engineOf(b)),
+				try: "localcloud queue redrive " + b.Name + " --to BINDING, naming a queue on engine " + engineOf(b),
+			}
+		}
+		opts = append(opts, queue.RedriveTo(supervisor.Location(tb)))
 	}
-	q, err := openQueue(ctx, st, b, queueWrite)
+	q, closeQueue, err := openQueue(ctx, st, b, queueWrite)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	res, err := q.Redrive(ctx, opts...)
 	if err != nil {
 		return storeErr("queue redrive", err)
@@ -765,6 +788,13 @@ the flags.
 peek and stats open the store read-only. While localcloud up runs, send and
 nack wake waiting consumers at once through up's hint server.
 
+On a jetstream binding (engine: jetstream) every subcommand works on its
+stream LCQ_<binding>, reached like an app's FromEnv: the stack's
+jetstream.servers, or the embedded server of the running localcloud up
+(which must then run). Ids are stream sequences and receipts start with
+js1:; peek shows a delivered message in flight with no visible-at time (the
+server holds lease ends). See docs/CLI.md, "Jetstream bindings".
+
 Examples:
   localcloud queue send orders '{"order":42}' --json-payload
   echo hello | localcloud queue send orders -
@@ -791,4 +821,25 @@ Flags:
   --existing       tail: print the messages already there first
   --max N          tail: stop after N messages
 `)
+}
+
+// checkReceipt checks that r is a receipt binding b's engine could have
+// issued (the engines take any other string as never issued, a no-op).
+func checkReceipt(b config.Binding, r string) error {
+	if b.Engine != config.EngineJetStream {
+		_, err := queue.ParseReceipt(r)
+		return err
+	}
+	if !jsengine.ValidReceipt(b.Name, r) {
+		return fmt.Errorf("receipt: %q is not a receipt of jetstream queue %s (they look like js1:DEADLINE:LEASE:$JS.ACK.LCQ_%s.lc...)", r, b.Name, b.Name)
+	}
+	return nil
+}
+
+// engineOf is b's engine, "sqlite" when it sets none.
+func engineOf(b config.Binding) string {
+	if b.Engine == "" {
+		return config.EngineSQLite
+	}
+	return b.Engine
 }

@@ -11,9 +11,12 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
 	"github.com/localcloud/localcloud/internal/supervisor"
 	"github.com/localcloud/localcloud/notify"
 )
@@ -44,7 +47,8 @@ type queueTailJSON struct {
 	JSON       json.RawMessage `json:"json,omitempty"`
 	Bytes      int             `json:"bytes"`
 	EnqueuedAt string          `json:"enqueuedAt"`
-	VisibleAt  string          `json:"visibleAt"`
+	// VisibleAt is "" on a jetstream queue (the server holds lease ends).
+	VisibleAt string `json:"visibleAt"`
 }
 
 func (c *queueCommand) tail(ctx context.Context, args []string) error {
@@ -62,11 +66,14 @@ func (c *queueCommand) tail(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, err := openQueue(ctx, st, b, queueRead)
+	if b.Engine == config.EngineJetStream {
+		return c.tailJetStream(ctx, st, b, *existing, *max, *asJSON)
+	}
+	q, closeQueue, err := openQueue(ctx, st, b, queueRead)
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer closeQueue()
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()
 
@@ -146,15 +153,8 @@ func (c *queueCommand) tailRead(ctx context.Context, q *queue.Queue, binding str
 		if m.Type == string(queue.TypeJSON) && json.Valid([]byte(m.Payload)) {
 			m.JSON = json.RawMessage(m.Payload)
 		}
-		if asJSON {
-			js, err := supervisor.MarshalCompact(m)
-			if err != nil {
-				return n, err
-			}
-			fmt.Fprintln(c.app.stdout, js)
-		} else {
-			fmt.Fprintf(c.app.stdout, "id=%d attempt=%d type=%s enqueued=%s visible=%s\n%s\n",
-				m.ID, m.Attempt, m.Type, m.EnqueuedAt, m.VisibleAt, m.Payload)
+		if err := c.printTail(m, asJSON); err != nil {
+			return n, err
 		}
 		*last = m.ID
 		n++
@@ -166,4 +166,99 @@ func (c *queueCommand) tailRead(ctx context.Context, q *queue.Queue, binding str
 		return n, fmt.Errorf("read queue %s: %w", binding, err)
 	}
 	return n, nil
+}
+
+// printTail prints one message of tail.
+func (c *queueCommand) printTail(m queueTailJSON, asJSON bool) error {
+	if asJSON {
+		js, err := supervisor.MarshalCompact(m)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(c.app.stdout, js)
+		return err
+	}
+	vis := m.VisibleAt
+	if vis == "" {
+		vis = "-"
+	}
+	_, err := fmt.Fprintf(c.app.stdout, "id=%d attempt=%d type=%s enqueued=%s visible=%s\n%s\n",
+		m.ID, m.Attempt, m.Type, m.EnqueuedAt, vis, m.Payload)
+	return err
+}
+
+// tailJetStream is tail on a jetstream queue: it reads the stream after the
+// last sequence it printed (jsengine.Tail), never touching the consumer.
+// The ids are stream sequences. It wakes on the queue's own subject (a core
+// NATS subscription sees every publish to it), else polls every second.
+// Attempt is 1 for a message delivered before the read, else 0, and
+// visibleAt is "" (JetStream's server holds lease ends).
+func (c *queueCommand) tailJetStream(ctx context.Context, st *config.Stack, b config.Binding, existing bool, max int, asJSON bool) error {
+	nc, err := dialJetStream(ctx, st, b)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := needStream(ctx, st, b, nc); err != nil {
+		return err
+	}
+	ctx, stop := c.app.interruptible(ctx)
+	defer stop()
+	var last uint64
+	if !existing {
+		if last, err = jsengine.LastSeq(ctx, nc, b.Name); err != nil {
+			return fmt.Errorf("read queue %s: %w", b.Name, err)
+		}
+	}
+	wake := make(chan struct{}, 1)
+	if sub, err := nc.Subscribe("lcq."+b.Name, func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}); err == nil {
+		defer sub.Unsubscribe()
+	}
+	fmt.Fprintf(c.app.stderr, "tailing queue %s (stream %s; Ctrl-C stops); messages are shown, never claimed\n", b.Name, supervisor.StreamName(b))
+	printed := 0
+	for {
+		limit := tailBatch
+		if max > 0 {
+			limit = min(limit, max-printed)
+		}
+		msgs, err := jsengine.Tail(ctx, nc, b.Name, last, limit)
+		if ctx.Err() != nil {
+			return &exitCodeError{code: 130}
+		}
+		if err != nil {
+			return fmt.Errorf("read queue %s: %w", b.Name, err)
+		}
+		for _, pm := range msgs {
+			m := queueTailJSON{Binding: b.Name, ID: pm.ID, Attempt: pm.Attempt, Type: pm.Payload.Type, Payload: pm.Payload.Data,
+				Bytes: len(pm.Payload.Data), EnqueuedAt: fmtTime(pm.EnqueuedAt)}
+			if m.Type == string(queue.TypeJSON) && json.Valid([]byte(m.Payload)) {
+				m.JSON = json.RawMessage(m.Payload)
+			}
+			if err := c.printTail(m, asJSON); err != nil {
+				return err
+			}
+			last = uint64(pm.ID)
+			printed++
+		}
+		if max > 0 && printed >= max {
+			return nil
+		}
+		if len(msgs) == limit {
+			continue
+		}
+		poll := time.NewTimer(tailPoll/2 + rand.N(tailPoll))
+		select {
+		case <-ctx.Done():
+			poll.Stop()
+			return &exitCodeError{code: 130}
+		case <-wake:
+		case <-poll.C:
+		}
+		poll.Stop()
+	}
 }

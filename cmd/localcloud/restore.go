@@ -47,6 +47,9 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if b.Engine == config.EngineJetStream {
+		return jetStreamBackupRefused(st, b, "restore")
+	}
 	src, err := filepath.Abs(pos[1])
 	if err != nil {
 		return err
@@ -168,6 +171,9 @@ temporary file in the store directory with VACUUM INTO, verifies the copy,
 checkpoints the live store into its database file and gives it a second name,
 <file>.replaced-<UTC yyyymmddThhmmssZ>, and renames the copy into place in one
 step. The replaced store stays beside it; delete it when no longer needed.
+
+A jetstream binding (engine: jetstream) has no file: restore refuses it
+(exit 1) and names the NATS tooling: nats stream restore DIR.
 
 Limits: restore refuses (and changes nothing) when another process has the
 store open, which it sees from the -wal/-shm files SQLite keeps while a

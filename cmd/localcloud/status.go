@@ -62,9 +62,11 @@ type statusBinding struct {
 	Path string `json:"path"`
 	// Engine is "jetstream" for a jetstream binding, with its Stream
 	// (Path is then ""); absent for a sqlite binding.
-	Engine  string `json:"engine,omitempty"`
-	Stream  string `json:"stream,omitempty"`
-	Subject string `json:"subject,omitempty"`
+	Engine string `json:"engine,omitempty"`
+	Stream string `json:"stream,omitempty"`
+	// Replicas is a jetstream binding's replica count.
+	Replicas int    `json:"replicas,omitempty"`
+	Subject  string `json:"subject,omitempty"`
 	// Health is ok, missing, replaced, truncated, loose-modes,
 	// not-provisioned, error or problem (supervisor.HealthKind);
 	// HealthMessage says what exactly, absent when ok.
@@ -192,7 +194,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		for _, b := range rt.Bindings {
 			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject}
 			if b.Engine == config.EngineJetStream {
-				sb.Engine, sb.Stream, sb.Subject = b.Engine, b.Stream, ""
+				sb.Engine, sb.Stream, sb.Replicas, sb.Subject = b.Engine, b.Stream, b.Replicas, ""
 			}
 			setHealth(&sb.Health, &sb.HealthMessage, b.Health)
 			rep.Bindings = append(rep.Bindings, sb)
@@ -201,8 +203,12 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		for _, b := range st.Bindings {
 			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path}
 			if b.Engine == config.EngineJetStream {
-				sb.Engine, sb.Stream = b.Engine, supervisor.StreamName(b)
-				setHealth(&sb.Health, &sb.HealthMessage, "not checked: a jetstream binding; localcloud status reads it only while localcloud up runs")
+				sb.Engine, sb.Stream, sb.Replicas = b.Engine, supervisor.StreamName(b), b.Replicas
+				health := "not checked: a jetstream binding on up's embedded JetStream; localcloud status reads it only while localcloud up runs"
+				if st.JetStream.External() {
+					health = "not checked: localcloud up is not running (the counts come from the cluster)"
+				}
+				setHealth(&sb.Health, &sb.HealthMessage, health)
 				rep.Bindings = append(rep.Bindings, sb)
 				continue
 			}
@@ -215,9 +221,9 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	}
 	for i := range rep.Bindings {
 		sb := &rep.Bindings[i]
-		countStore(ctx, sb, now)
+		countStore(ctx, st, sb, now)
 		// While up runs, its health reports the moves it left.
-		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && b.Path == sb.Path {
+		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && sb.Engine != config.EngineJetStream && b.Path == sb.Path {
 			if probs := queueMoveProblems(ctx, st, *b); len(probs) > 0 {
 				if sb.Health != supervisor.HealthOK {
 					probs = append([]string{sb.Health}, probs...)
@@ -265,13 +271,14 @@ func offlineHealth(b config.Binding) string {
 }
 
 // countStore fills in a binding's counts by opening its store read-only. A
-// store that is missing is not opened (opening never creates it anyway).
-func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
+// store that is missing is not opened (opening never creates it anyway). A
+// jetstream binding is counted through the engine (countJetStream).
+func countStore(ctx context.Context, st *config.Stack, sb *statusBinding, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, countTimeout)
 	defer cancel()
 	ms := now.UnixMilli()
 	if sb.Engine == config.EngineJetStream {
-		sb.CountError = "counts are not supported on a jetstream binding yet"
+		countJetStream(ctx, st, sb, now)
 		return
 	}
 	switch config.Type(sb.Type) {
@@ -311,6 +318,57 @@ func countStore(ctx context.Context, sb *statusBinding, now time.Time) {
 		c := queueCounts{Due: st.Due, InFlight: st.InFlight}
 		if !st.Oldest.IsZero() && st.Oldest.UnixMilli() < ms {
 			c.OldestAgeMillis = ms - st.Oldest.UnixMilli()
+		}
+		sb.Queue = &c
+	}
+}
+
+// countJetStream fills in a jetstream binding's counts: the engine's
+// Stats through a read-only handle, reached as the other commands reach
+// JetStream (dialJetStream). Live and expired keys, due and in-flight
+// messages and the oldest message's age mean what they mean on SQLite
+// (README: the semantics of both engines).
+func countJetStream(ctx context.Context, st *config.Stack, sb *statusBinding, now time.Time) {
+	b, ok := config.Binding{}, false
+	if st != nil {
+		var p *config.Binding
+		if p, ok = st.Binding(sb.Name); ok {
+			b = *p
+		}
+	}
+	if !ok || b.Engine != config.EngineJetStream {
+		sb.CountError = "the stack file does not describe this jetstream binding, so status cannot reach its stream"
+		return
+	}
+	switch b.Type {
+	case config.TypeKV:
+		s, closeStore, err := openKV(ctx, st, b, false)
+		if err != nil {
+			sb.CountError = err.Error()
+			return
+		}
+		defer closeStore()
+		kst, err := s.Stats(ctx)
+		if err != nil {
+			sb.CountError = fmt.Sprintf("count keys: %v", err)
+			return
+		}
+		sb.KV = &kvCounts{Live: kst.Live, Expired: kst.Expired}
+	case config.TypeQueue:
+		q, closeQueue, err := openQueue(ctx, st, b, queueRead)
+		if err != nil {
+			sb.CountError = err.Error()
+			return
+		}
+		defer closeQueue()
+		qst, err := q.Stats(ctx)
+		if err != nil {
+			sb.CountError = fmt.Sprintf("count messages: %v", err)
+			return
+		}
+		c := queueCounts{Due: qst.Due, InFlight: qst.InFlight}
+		if ms := now.UnixMilli(); !qst.Oldest.IsZero() && qst.Oldest.UnixMilli() < ms {
+			c.OldestAgeMillis = ms - qst.Oldest.UnixMilli()
 		}
 		sb.Queue = &c
 	}
@@ -384,7 +442,7 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		}
 		path := b.Path
 		if b.Engine == config.EngineJetStream {
-			path = "jetstream:" + b.Stream
+			path = fmt.Sprintf("jetstream:%s (%d replica(s))", b.Stream, b.Replicas)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), path)
 	}

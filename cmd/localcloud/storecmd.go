@@ -149,9 +149,6 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 			try: "localcloud validate -f " + st.File + " lists the bindings",
 		}
 	}
-	if b.Engine == config.EngineJetStream {
-		return nil, config.Binding{}, jetStreamUnsupported(*b)
-	}
 	if want != "" && b.Type != want {
 		return nil, config.Binding{}, &hintError{
 			err: fmt.Errorf("binding %s is a %s, not a %s", b.Name, b.Type, want),
@@ -159,15 +156,6 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 		}
 	}
 	return st, *b, nil
-}
-
-// jetStreamUnsupported is the error of a store command on a jetstream
-// binding: those commands work on the SQLite files only, for now.
-func jetStreamUnsupported(b config.Binding) error {
-	return &hintError{
-		err: fmt.Errorf("%s binding %s uses engine jetstream (stream %s): this command is not supported on a jetstream binding yet", b.Type, b.Name, supervisor.StreamName(b)),
-		try: "use an app with kv.FromEnv / queue.FromEnv under localcloud run, the explorer of localcloud up, or the nats CLI (nats stream info " + supervisor.StreamName(b) + ")",
-	}
 }
 
 // bindingFile returns the database file of a binding.
@@ -194,22 +182,27 @@ func needStore(st *config.Stack, b config.Binding) error {
 }
 
 // openKV opens a KV binding's store, creating it only when create is set
-// (as an app's first write would).
-func openKV(ctx context.Context, st *config.Stack, b config.Binding, create bool) (*kv.Store, error) {
-	if !create {
-		if err := needStore(st, b); err != nil {
-			return nil, err
-		}
-	}
+// (as an app's first write would). A jetstream binding is opened through
+// the engine on its stream (jetstream.go). close closes the store (and the
+// connection to JetStream).
+func openKV(ctx context.Context, st *config.Stack, b config.Binding, create bool) (s *kv.Store, close func(), err error) {
 	d, err := bindings.ParseDurability(b.Durability)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s, err := kv.Open(ctx, b.Path, kv.WithDurability(d))
+	if b.Engine == config.EngineJetStream {
+		return openKVJetStream(ctx, st, b, create, d)
+	}
+	if !create {
+		if err := needStore(st, b); err != nil {
+			return nil, nil, err
+		}
+	}
+	s, err = kv.Open(ctx, b.Path, kv.WithDurability(d))
 	if err != nil {
-		return nil, fmt.Errorf("open kv binding %s: %w", b.Name, err)
+		return nil, nil, fmt.Errorf("open kv binding %s: %w", b.Name, err)
 	}
-	return s, nil
+	return s, func() { s.Close() }, nil
 }
 
 // queueAccess says how a queue command opens its store.
@@ -224,21 +217,26 @@ const (
 // openQueue opens a queue binding's store with the binding's settings. For
 // writers it also joins the hints of a running up, so a send or nack from
 // the command line wakes waiting consumers at once and a waiting receive
-// wakes on other processes' sends.
-func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access queueAccess) (*queue.Queue, error) {
+// wakes on other processes' sends. A jetstream binding is opened through
+// the engine on its stream (jetstream.go; JetStream wakes its consumers
+// itself). close closes the queue (and the connection to JetStream).
+func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access queueAccess) (q *queue.Queue, close func(), err error) {
+	d, err := bindings.ParseDurability(b.Durability)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.Engine == config.EngineJetStream {
+		return openQueueJetStream(ctx, st, b, access, d)
+	}
 	if access != queueCreate {
 		if err := needStore(st, b); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var opts []queue.Option
 	if access == queueRead {
 		opts = append(opts, queue.WithReadOnly())
 	} else {
-		d, err := bindings.ParseDurability(b.Durability)
-		if err != nil {
-			return nil, err
-		}
 		opts = append(opts, queue.WithDurability(d), queue.WithBindingName(b.Name))
 		// The binding's dead-letter policy holds for the CLI as for apps,
 		// and so do the stack's rules for finishing moves.
@@ -250,11 +248,11 @@ func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access q
 	if b.VisibilityTimeout > 0 {
 		opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
 	}
-	q, err := queue.Open(ctx, b.Path, opts...)
+	q, err = queue.Open(ctx, b.Path, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("open queue binding %s: %w", b.Name, err)
+		return nil, nil, fmt.Errorf("open queue binding %s: %w", b.Name, err)
 	}
-	return q, nil
+	return q, func() { q.Close() }, nil
 }
 
 // storeErr turns a store error into the command's error: invalid input
