@@ -23,6 +23,10 @@ const (
 	// minErrorBackoff is the first pause after a failed claim; it doubles up
 	// to the poll interval.
 	minErrorBackoff = 10 * time.Millisecond
+	// minGather and maxGather bound how long the dispatcher waits for more
+	// workers to finish before a claim: the last claim's duration.
+	minGather = 50 * time.Microsecond
+	maxGather = 2 * time.Millisecond
 )
 
 // Handler processes one message for Consume. Returning nil acks the
@@ -170,8 +174,16 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // moment it ends, the jittered fallback poll), and when a worker frees up
 // after a claim that came back full. Each claim takes at most as many
 // messages as there are idle workers, so nothing it claims waits for a
-// worker while its lease runs. Between wake-ups it does not poll the store,
-// so an idle consumer uses no CPU.
+// worker while its lease runs. After a full claim, when the first of the
+// busy workers finishes, Consume waits for the others that finish with it
+// (at most about one claim's duration, and not again once a handler proved
+// slow), so short handlers are fed one claim per batch instead of one per
+// early finisher. Between wake-ups it does not poll the store, so an idle
+// consumer uses no CPU.
+//
+// Acks of handled messages are written by the goroutine that claims, in one
+// transaction for everything finished since the previous claim, right after
+// the next claim (while its handlers run) or before it waits for a wake-up.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -195,41 +207,60 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		return bindings.Errorf(bindings.CodeInvalidInput, "handler: must not be nil")
 	}
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
-		jobs: make(chan Message, o.workers), free: make(chan struct{}, o.workers),
-		acks: make(chan Message, o.workers)}
+		jobs: make(chan Message, o.workers), done: make(chan finished, o.workers),
+		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
 	c.wg.Add(o.workers)
 	for range o.workers {
 		go c.work()
 	}
-	ackerDone := make(chan struct{})
-	go func() {
-		defer close(ackerDone)
-		c.acker()
-	}()
 	err = c.dispatch(ctx)
 	close(c.jobs)
 	c.wg.Wait()
-	close(c.acks)
-	<-ackerDone
+	// Every worker has stopped: what they finished since is in done.
+	for len(c.done) > 0 {
+		c.collect(<-c.done)
+	}
+	c.flushAcks()
 	return err
 }
 
-// consumer is one running Consume.
+// consumer is one running Consume. One goroutine, the dispatcher, does all
+// of its claims and acks; workers only run handlers (and nack failures), so
+// claims and acks do not compete for the store's write lock and each claim
+// goes with at most one ack transaction for everything finished before it.
 type consumer struct {
 	q       *Queue
 	o       consumeOptions
 	handler Handler
 	hctx    context.Context // handlers' context: never cancelled
 	jobs    chan Message    // claimed messages, at most one per idle worker
-	free    chan struct{}   // a worker finished a message
-	acks    chan Message    // handled messages to ack
+	done    chan finished   // a worker finished a message; one slot per worker
+	acks    []Message       // handled messages not acked yet (dispatcher's)
 	wg      sync.WaitGroup  // workers
+	// want is how many idle workers a claim after a full one waits for
+	// (at most gatherFor): the number that recently became idle together.
+	want      int
+	gatherFor time.Duration // the last claim's duration, clamped
+}
+
+// finished is a message a worker is done with; ack is set when its handler
+// succeeded (a failed one was nacked by the worker).
+type finished struct {
+	m   Message
+	ack bool
 }
 
 // errConsumeClosed is returned by Consume when its queue handle is closed.
 var errConsumeClosed = errors.New("queue handle closed while consuming")
 
-// dispatch claims messages for idle workers until ctx ends.
+// dispatch claims messages for idle workers and acks what they finished
+// until ctx ends.
+//
+// Acks are pipelined behind claims: when workers are idle and the store may
+// hold more, the claim runs first, so the workers start on the new batch
+// while the acks of the previous one are written. Acks are written before
+// the dispatcher blocks, so a finished message is acked at once when there
+// is nothing to claim.
 func (c *consumer) dispatch(ctx context.Context) error {
 	q := c.q
 	idle := c.o.workers
@@ -239,6 +270,10 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	backoff := time.Duration(0)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	c.want = min(c.o.batch, idle)
+	c.gatherFor = minGather
 	for {
 		if look && idle > 0 {
 			// Take the wake channels first: a commit after this point
@@ -246,7 +281,10 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			local, hint = q.drv.WaitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
+			c.want = max(c.want, k)
+			began := time.Now()
 			msgs, err := q.Receive(ctx, k, ReceiveVisibility(c.o.visibility))
+			c.gatherFor = min(max(time.Since(began), minGather), maxGather)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -263,13 +301,16 @@ func (c *consumer) dispatch(ctx context.Context) error {
 					idle--
 					c.jobs <- m // never blocks: one slot per worker
 				}
-				if len(msgs) == k {
-					continue // full: there may be more
+				if len(msgs) < k {
+					look = false
+					wakeAt = q.wakeAt(ctx, before, c.o.poll)
 				}
-				look = false
-				wakeAt = q.wakeAt(ctx, before, c.o.poll)
+				// else full: there may be more, claimed when workers free up.
 			}
 		}
+		// Acks of what finished before this point, written while the
+		// workers handle the batch just claimed.
+		c.flushAcks()
 		// Wait. With no idle worker only a freed worker matters: a claim
 		// follows it if look is set, which a full claim always leaves set.
 		var lc, hc <-chan struct{}
@@ -281,7 +322,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			tc = timer.C
 			q.waiting.Add(1)
 		}
-		ev := c.wait(ctx, lc, hc, tc)
+		ev, f := c.wait(ctx, lc, hc, tc)
 		if waiting {
 			q.waiting.Add(-1)
 		}
@@ -292,6 +333,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 		case evFree:
 			idle++
+			c.collect(f)
 			// Count every worker that finished meanwhile, so the next claim
 			// takes a batch for all of them instead of one message each;
 			// first let workers that are about to finish (runnable, as after
@@ -299,16 +341,73 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			runtime.Gosched()
 			for drained := false; !drained; {
 				select {
-				case <-c.free:
+				case f := <-c.done:
 					idle++
+					c.collect(f)
 				default:
 					drained = true
+				}
+			}
+			if look && idle < c.want {
+				switch c.gather(ctx, &idle, gather) {
+				case evStop:
+					return nil
+				case evClosed:
+					return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 				}
 			}
 		case evWake:
 			look = true
 		}
 	}
+}
+
+// gather waits up to gatherFor for more workers to finish, until want are
+// idle: with short handlers the workers of one claim finish within
+// microseconds of each other, and one claim (and one ack) for all of them
+// costs a transaction where a claim per early finisher costs several. When
+// the time runs out first, the busy workers are slow ones: want drops to
+// the idle count, so a lasting slow handler costs one such wait, not one per
+// claim.
+func (c *consumer) gather(ctx context.Context, idle *int, t *time.Timer) int {
+	t.Reset(c.gatherFor)
+	defer t.Stop()
+	for *idle < c.want {
+		select {
+		case <-ctx.Done():
+			return evStop
+		case <-c.q.drv.Done():
+			return evClosed
+		case f := <-c.done:
+			*idle++
+			c.collect(f)
+		case <-t.C:
+			c.want = *idle
+			return evFree
+		}
+	}
+	return evFree
+}
+
+// collect notes a finished message for the next ack.
+func (c *consumer) collect(f finished) {
+	if !f.ack {
+		return
+	}
+	c.acks = append(c.acks, f.m)
+	if len(c.acks) == MaxAckBatch {
+		c.flushAcks()
+	}
+}
+
+// flushAcks acks the collected messages in one transaction.
+func (c *consumer) flushAcks() {
+	if len(c.acks) == 0 {
+		return
+	}
+	c.ackBatch(c.acks)
+	clear(c.acks) // drop the payloads
+	c.acks = c.acks[:0]
 }
 
 // Events that end a wait of the dispatcher.
@@ -319,22 +418,22 @@ const (
 	evWake          // a reason to look at the store
 )
 
-// wait blocks until something the dispatcher reacts to happens. Nil
-// channels are never ready.
-func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan time.Time) int {
+// wait blocks until something the dispatcher reacts to happens; for evFree
+// it returns what the worker finished. Nil channels are never ready.
+func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan time.Time) (int, finished) {
 	select {
 	case <-ctx.Done():
-		return evStop
+		return evStop, finished{}
 	case <-c.q.drv.Done():
-		return evClosed
-	case <-c.free:
-		return evFree
+		return evClosed, finished{}
+	case f := <-c.done:
+		return evFree, f
 	case <-lc:
-		return evWake
+		return evWake, finished{}
 	case <-hc:
-		return evWake
+		return evWake, finished{}
 	case <-tc:
-		return evWake
+		return evWake, finished{}
 	}
 }
 
@@ -342,21 +441,20 @@ func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan t
 func (c *consumer) work() {
 	defer c.wg.Done()
 	for m := range c.jobs {
-		c.process(m)
-		c.free <- struct{}{} // never blocks: one slot per worker
+		c.done <- finished{m: m, ack: c.process(m)} // never blocks: one slot per worker
 	}
 }
 
-// process runs the handler on m, then acks or nacks m. The ack and nack
-// are not cancelled with Consume's ctx, so a finished message is settled.
-func (c *consumer) process(m Message) {
+// process runs the handler on m and reports whether it succeeded, so m is
+// to be acked; a failed m is nacked here. The nack is not cancelled with
+// Consume's ctx, so a finished message is settled.
+func (c *consumer) process(m Message) (ok bool) {
 	log := c.o.log
 	stop := c.keepLease(m)
 	err := c.call(m)
 	stop()
 	if err == nil {
-		c.acks <- m
-		return
+		return true
 	}
 	delay, chosen := retryAfterOf(err)
 	next := "retry"
@@ -377,6 +475,7 @@ func (c *consumer) process(m Message) {
 	if nerr := c.q.nackFailed(c.hctx, m.ReceiptHandle, delay, lastErrorText(err)); nerr != nil {
 		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyBinding, c.q.binding, logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
 	}
+	return false
 }
 
 // nackFailed nacks a failed delivery after delay, recording lastError where
@@ -430,30 +529,6 @@ func (c *consumer) keepLease(m Message) (stop func()) {
 		stopped = true
 		timer.Stop()
 		mu.Unlock()
-	}
-}
-
-// acker acks handled messages until acks is closed and drained. Acks that
-// queue up while one is being written go in one transaction: under load
-// (and against a foreign writer holding the lock) that halves the write
-// transactions per message; alone, an ack is written at once.
-func (c *consumer) acker() {
-	batch := make([]Message, 0, MaxReceiveBatch)
-	for m := range c.acks {
-		batch = append(batch[:0], m)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case m, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				batch = append(batch, m)
-			default:
-				break more
-			}
-		}
-		c.ackBatch(batch)
 	}
 }
 
