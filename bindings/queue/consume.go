@@ -25,8 +25,16 @@ const (
 	minErrorBackoff = 10 * time.Millisecond
 	// minGather and maxGather bound how long the dispatcher waits for more
 	// workers to finish before a claim: the last claim's duration.
-	minGather = 50 * time.Microsecond
+	minGather = 250 * time.Microsecond
 	maxGather = 2 * time.Millisecond
+	// fastHandler: while handlers take less than this on average (and all
+	// workers are idle), the dispatcher runs a claimed batch itself instead
+	// of handing it to the workers: no goroutine hand-off per message.
+	fastHandler = 100 * time.Microsecond
+	// slowHandler: a handler the dispatcher runs that takes longer than this
+	// hands the rest of its batch to the workers, and ends inline running
+	// until the average is short again.
+	slowHandler = time.Millisecond
 )
 
 // Handler processes one message for Consume. Returning nil acks the
@@ -181,6 +189,13 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // early finisher. Between wake-ups it does not poll the store, so an idle
 // consumer uses no CPU.
 //
+// While handlers are short (under 100us on average) and no worker is busy,
+// the goroutine that claims runs a claimed batch itself, one handler after
+// the other, which saves a goroutine hand-off per message; a handler there
+// that runs past 1 ms hands the rest of its batch to the workers, and the
+// workers take over until handlers are short again. At most ConsumeWorkers
+// handlers run at once either way.
+//
 // Acks of handled messages are written by the goroutine that claims, in one
 // transaction for everything finished since the previous claim, right after
 // the next claim (while its handlers run) or before it waits for a wake-up.
@@ -241,6 +256,14 @@ type consumer struct {
 	// (at most gatherFor): the number that recently became idle together.
 	want      int
 	gatherFor time.Duration // the last claim's duration, clamped
+	avg       time.Duration // moving average of handler durations; -1 before the first
+	watch     *time.Timer   // hands the rest of an inline batch to the workers
+	inl       struct {      // the batch the dispatcher runs itself
+		mu     sync.Mutex
+		msgs   []Message
+		next   int // msgs[next:] are not started
+		handed int // how many went to the workers
+	}
 }
 
 // finished is a message a worker is done with; ack is set when its handler
@@ -248,6 +271,7 @@ type consumer struct {
 type finished struct {
 	m   Message
 	ack bool
+	d   time.Duration // how long the handler ran
 }
 
 // errConsumeClosed is returned by Consume when its queue handle is closed.
@@ -274,6 +298,10 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	gather.Stop()
 	c.want = min(c.o.batch, idle)
 	c.gatherFor = minGather
+	c.avg = -1
+	c.watch = time.AfterFunc(time.Hour, c.handOff)
+	c.watch.Stop()
+	defer c.watch.Stop()
 	for {
 		if look && idle > 0 {
 			// Take the wake channels first: a commit after this point
@@ -297,9 +325,22 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				wakeAt = time.Now().Add(backoff)
 			default:
 				backoff = 0
-				for _, m := range msgs {
-					idle--
-					c.jobs <- m // never blocks: one slot per worker
+				if idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler {
+					// Short handlers and nobody busy: run the batch here,
+					// one handler at a time (within the worker limit).
+					if handed := c.runInline(msgs); handed > 0 {
+						// Its handler turned slow: the rest run on workers,
+						// likely to finish together with it.
+						idle -= handed
+						if err := c.settle(ctx, len(msgs) == k, &idle, gather); err != nil || ctx.Err() != nil {
+							return err
+						}
+					}
+				} else {
+					for _, m := range msgs {
+						idle--
+						c.jobs <- m // never blocks: one slot per worker
+					}
 				}
 				if len(msgs) < k {
 					look = false
@@ -311,6 +352,9 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
 		c.flushAcks()
+		if look && idle > 0 {
+			continue // a full claim left idle workers: claim again
+		}
 		// Wait. With no idle worker only a freed worker matters: a claim
 		// follows it if look is set, which a full claim always leaves set.
 		var lc, hc <-chan struct{}
@@ -334,32 +378,38 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		case evFree:
 			idle++
 			c.collect(f)
-			// Count every worker that finished meanwhile, so the next claim
-			// takes a batch for all of them instead of one message each;
-			// first let workers that are about to finish (runnable, as after
-			// a short handler) do so.
-			runtime.Gosched()
-			for drained := false; !drained; {
-				select {
-				case f := <-c.done:
-					idle++
-					c.collect(f)
-				default:
-					drained = true
-				}
-			}
-			if look && idle < c.want {
-				switch c.gather(ctx, &idle, gather) {
-				case evStop:
-					return nil
-				case evClosed:
-					return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
-				}
+			if err := c.settle(ctx, look, &idle, gather); err != nil || ctx.Err() != nil {
+				return err
 			}
 		case evWake:
 			look = true
 		}
 	}
+}
+
+// settle runs after a worker finished: it counts every worker that finished
+// meanwhile, so the next claim takes a batch for all of them instead of one
+// message each (first letting workers that are about to finish, runnable as
+// after a short handler, do so), and when the store may hold more (look)
+// gathers the workers finishing with them. It returns an error only when
+// the handle was closed; a nil return with ctx ended means stop.
+func (c *consumer) settle(ctx context.Context, look bool, idle *int, gather *time.Timer) error {
+	runtime.Gosched()
+	for drained := false; !drained; {
+		select {
+		case f := <-c.done:
+			*idle++
+			c.collect(f)
+		default:
+			drained = true
+		}
+	}
+	if look && *idle < c.want {
+		if c.gather(ctx, idle, gather) == evClosed {
+			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+		}
+	}
+	return nil
 }
 
 // gather waits up to gatherFor for more workers to finish, until want are
@@ -391,6 +441,12 @@ func (c *consumer) gather(ctx context.Context, idle *int, t *time.Timer) int {
 
 // collect notes a finished message for the next ack.
 func (c *consumer) collect(f finished) {
+	switch {
+	case f.d >= slowHandler || c.avg < 0:
+		c.avg = f.d
+	default:
+		c.avg += (f.d - c.avg) / 8
+	}
 	if !f.ack {
 		return
 	}
@@ -437,11 +493,59 @@ func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan t
 	}
 }
 
+// runInline runs the handlers of msgs on the dispatcher, one after the
+// other, and returns how many of them it handed to the workers instead:
+// when a handler is still running after slowHandler, the watch timer gives
+// the messages not started yet to the workers (all idle when runInline
+// began), so a handler that turns slow delays the rest of its batch by at
+// most that. The dispatcher counts as one of the workers meanwhile: it runs
+// only when all are idle, and hands on at most len(msgs)-1 messages.
+func (c *consumer) runInline(msgs []Message) (handed int) {
+	in := &c.inl
+	in.mu.Lock()
+	in.msgs, in.next, in.handed = msgs, 0, 0
+	in.mu.Unlock()
+	for {
+		in.mu.Lock()
+		if in.next == len(in.msgs) {
+			handed = in.handed
+			in.msgs, in.next = nil, 0
+			in.mu.Unlock()
+			return handed
+		}
+		m := in.msgs[in.next]
+		in.next++
+		in.mu.Unlock()
+		c.watch.Reset(slowHandler)
+		began := time.Now()
+		ok := c.process(m)
+		d := time.Since(began)
+		c.watch.Stop()
+		c.collect(finished{m: m, ack: ok, d: d})
+	}
+}
+
+// handOff gives the messages of the inline batch not started yet to the
+// workers. It is the watch timer's function; a late call finds nothing
+// left or no batch.
+func (c *consumer) handOff() {
+	in := &c.inl
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, m := range in.msgs[in.next:] {
+		c.jobs <- m // never blocks: the workers are idle, one slot each
+		in.handed++
+	}
+	in.next = len(in.msgs)
+}
+
 // work runs handlers until jobs is closed and drained.
 func (c *consumer) work() {
 	defer c.wg.Done()
 	for m := range c.jobs {
-		c.done <- finished{m: m, ack: c.process(m)} // never blocks: one slot per worker
+		began := time.Now()
+		ok := c.process(m)
+		c.done <- finished{m: m, ack: ok, d: time.Since(began)} // never blocks: one slot per worker
 	}
 }
 

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,5 +144,57 @@ func TestConsumeClaimsAndAcksTogether(t *testing.T) {
 	// a loaded machine; claiming at the first finisher does it nearly always.
 	if partial > len(counts.claims)/4 {
 		t.Errorf("claims %v: %d of them took fewer than %d messages", counts.claims, partial, workers)
+	}
+}
+
+// TestConsumeShortHandlersThenASlowOne: after many short handlers Consume
+// runs a claimed batch on its own goroutine; a handler there that turns
+// slow must not hold up the rest of its batch. The first message of the
+// last batch blocks until another message of the same batch was handled:
+// that only finishes if the rest went to the workers.
+func TestConsumeShortHandlersThenASlowOne(t *testing.T) {
+	t.Parallel()
+	q := hwOpen(t, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	ctx := context.Background()
+	const fast = 100
+	ps := make([]queue.Payload, fast)
+	for i := range ps {
+		ps[i] = queue.Text("fast")
+	}
+	var handled atomic.Int64
+	other := make(chan struct{}, 8)
+	blockDone := make(chan error, 1)
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		switch m.Payload.Data {
+		case "block":
+			select {
+			case <-other:
+				blockDone <- nil
+			case <-time.After(hwTimeout):
+				blockDone <- errors.New("the rest of the batch waited for the slow handler")
+			}
+		case "other":
+			other <- struct{}{}
+		}
+		handled.Add(1)
+		return nil
+	}, queue.ConsumeWorkers(8))
+	if err := q.SendBatch(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(hwTimeout); handled.Load() < fast; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of %d short messages", handled.Load(), fast)
+		}
+	}
+	batch := []queue.Payload{queue.Text("block")}
+	for range 7 {
+		batch = append(batch, queue.Text("other"))
+	}
+	if err := q.SendBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blockDone; err != nil {
+		t.Fatal(err)
 	}
 }
