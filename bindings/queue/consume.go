@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -263,6 +264,9 @@ type consumer struct {
 		msgs   []Message
 		next   int // msgs[next:] are not started
 		handed int // how many went to the workers
+		// deferred are acks of earlier inline batches carried into this
+		// one; handOff writes them if a handler here turns slow.
+		deferred []Message
 	}
 }
 
@@ -296,6 +300,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	defer timer.Stop()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
+	clean := false // the last batch ran inline with no hand-off
 	c.want = min(c.o.batch, idle)
 	c.gatherFor = minGather
 	c.avg = -1
@@ -303,6 +308,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	c.watch.Stop()
 	defer c.watch.Stop()
 	for {
+		clean = false
 		if look && idle > 0 {
 			// Take the wake channels first: a commit after this point
 			// wakes us even if the claim below misses it.
@@ -328,7 +334,9 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				if idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler {
 					// Short handlers and nobody busy: run the batch here,
 					// one handler at a time (within the worker limit).
-					if handed := c.runInline(msgs); handed > 0 {
+					handed := c.runInline(msgs)
+					clean = handed == 0
+					if handed > 0 {
 						// Its handler turned slow: the rest run on workers,
 						// likely to finish together with it.
 						idle -= handed
@@ -351,6 +359,13 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
+		if clean && look && len(c.acks) < 2*c.o.batch {
+			// A full batch of short handlers ran here and the next claim
+			// follows at once: its batch carries these acks, so one ack
+			// transaction covers two claims (handOff writes them if a
+			// handler there turns slow).
+			continue
+		}
 		c.flushAcks()
 		if look && idle > 0 {
 			continue // a full claim left idle workers: claim again
@@ -504,12 +519,18 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 	in := &c.inl
 	in.mu.Lock()
 	in.msgs, in.next, in.handed = msgs, 0, 0
+	in.deferred = append(in.deferred[:0], c.acks...)
+	clear(c.acks)
+	c.acks = c.acks[:0]
 	in.mu.Unlock()
 	for {
 		in.mu.Lock()
 		if in.next == len(in.msgs) {
 			handed = in.handed
 			in.msgs, in.next = nil, 0
+			c.acks = append(c.acks, in.deferred...) // not written by handOff
+			clear(in.deferred)
+			in.deferred = in.deferred[:0]
 			in.mu.Unlock()
 			return handed
 		}
@@ -531,12 +552,24 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 func (c *consumer) handOff() {
 	in := &c.inl
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	for _, m := range in.msgs[in.next:] {
 		c.jobs <- m // never blocks: the workers are idle, one slot each
 		in.handed++
 	}
 	in.next = len(in.msgs)
+	if in.msgs == nil || len(in.deferred) == 0 {
+		in.mu.Unlock()
+		return
+	}
+	// The acks carried into this batch must not wait for its slow
+	// handler. Consume waits for this write like for a worker.
+	acks := slices.Clone(in.deferred)
+	clear(in.deferred)
+	in.deferred = in.deferred[:0]
+	c.wg.Add(1)
+	in.mu.Unlock()
+	defer c.wg.Done()
+	c.ackBatch(acks)
 }
 
 // work runs handlers until jobs is closed and drained.

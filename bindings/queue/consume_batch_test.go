@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,6 +195,51 @@ func TestConsumeShortHandlersThenASlowOne(t *testing.T) {
 	if err := q.SendBatch(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
+	if err := <-blockDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsumeAcksNotHeldBySlowInlineHandler: acks of a batch of short
+// handlers may ride with the next batch's; when a handler of that next
+// batch turns slow, they are written anyway, not after it returns. While
+// the slow handler runs only its own batch of 8 may be left in the store.
+func TestConsumeAcksNotHeldBySlowInlineHandler(t *testing.T) {
+	t.Parallel()
+	q := hwOpen(t, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	ctx := context.Background()
+	fast := make([]queue.Payload, 96)
+	for i := range fast {
+		fast[i] = queue.Text("fast")
+	}
+	last := []queue.Payload{queue.Text("block")}
+	for range 7 {
+		last = append(last, queue.Text("other"))
+	}
+	for _, ps := range [][]queue.Payload{fast, last} {
+		if err := q.SendBatch(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blockDone := make(chan error, 1)
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		if m.Payload.Data != "block" {
+			return nil
+		}
+		deadline := time.Now().Add(hwTimeout)
+		for {
+			n := hwCount(t, q)
+			if n <= 8 {
+				blockDone <- nil
+				return nil
+			}
+			if time.Now().After(deadline) {
+				blockDone <- fmt.Errorf("%d messages still in the store while the slow handler runs, want at most its batch of 8", n)
+				return nil
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}, queue.ConsumeWorkers(8))
 	if err := <-blockDone; err != nil {
 		t.Fatal(err)
 	}
