@@ -194,8 +194,9 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // the goroutine that claims runs a claimed batch itself, one handler after
 // the other, which saves a goroutine hand-off per message; a handler there
 // that runs past 1 ms hands the rest of its batch to the workers, and the
-// workers take over until handlers are short again. At most ConsumeWorkers
-// handlers run at once either way.
+// workers take over until handlers are short again (while that handler
+// runs, nothing new is claimed). At most ConsumeWorkers handlers run at once
+// either way.
 //
 // Acks of handled messages are written by the goroutine that claims, in one
 // transaction for everything finished since the previous claim, right after
