@@ -575,6 +575,8 @@ func TestBenchJSON(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench", "kv", "--duration", "300ms", "--workers", "2", "--json"},
 		{"bench", "queue", "--duration", "300ms", "--workers", "2", "--processes", "2", "--batch", "5", "--json"},
+		// The queue modes reach the load processes.
+		{"bench", "queue", "--duration", "300ms", "--workers", "2", "--processes", "2", "--batch", "5", "--ack", "batch", "--senders", "1", "--json"},
 	} {
 		cmd := exec.Command(binary, args...)
 		cmd.Env = environ("TMPDIR=" + tmp)

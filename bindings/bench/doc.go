@@ -18,6 +18,10 @@
 //	BenchmarkQueueReceiveBacklog/backlog=100k  msgs/s  the same at ~100,000, plus ratio-vs-1k
 //	BenchmarkClaimLatency4x4             claims/s, p50-ms, p99-ms, max-ms of Receive(1)
 //	                                     in 4 OS processes x 4 goroutines on one queue
+//	BenchmarkConsumeVsBareLoop           bare-msgs/s, consume-msgs/s, ratio: alternating rounds
+//	                                     of Receive(10)+AckBatch and Consume (8 workers), b.N each
+//	BenchmarkConsumeWithProducer         sent/s, consumed/s, ratio, backlog: one full-rate
+//	                                     sender beside Consume (8 workers) on one handle
 //
 // Receive1Ack and Receive10Ack start from a backlog of b.N messages, so a
 // receive whose cost grows with the backlog also shows there (and their

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,18 @@ const (
 	// minErrorBackoff is the first pause after a failed claim; it doubles up
 	// to the poll interval.
 	minErrorBackoff = 10 * time.Millisecond
+	// minGather and maxGather bound how long the dispatcher waits for more
+	// workers to finish before a claim: the last claim's duration.
+	minGather = 250 * time.Microsecond
+	maxGather = 2 * time.Millisecond
+	// fastHandler: while handlers take less than this on average (and all
+	// workers are idle), the dispatcher runs a claimed batch itself instead
+	// of handing it to the workers: no goroutine hand-off per message.
+	fastHandler = 100 * time.Microsecond
+	// slowHandler: a handler the dispatcher runs that takes longer than this
+	// hands the rest of its batch to the workers, and ends inline running
+	// until the average is short again.
+	slowHandler = time.Millisecond
 )
 
 // Handler processes one message for Consume. Returning nil acks the
@@ -173,8 +186,24 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // waits in that claim instead, renewed every poll interval, and wakes when
 // the server hands it a message. Each claim takes at most as many
 // messages as there are idle workers, so nothing it claims waits for a
-// worker while its lease runs. Between wake-ups it does not poll the store,
-// so an idle consumer uses no CPU.
+// worker while its lease runs. After a full claim, when the first of the
+// busy workers finishes, Consume waits for the others that finish with it
+// (at most about one claim's duration, and not again once a handler proved
+// slow), so short handlers are fed one claim per batch instead of one per
+// early finisher. Between wake-ups it does not poll the store, so an idle
+// consumer uses no CPU.
+//
+// While handlers are short (under 100us on average) and no worker is busy,
+// the goroutine that claims runs a claimed batch itself, one handler after
+// the other, which saves a goroutine hand-off per message; a handler there
+// that runs past 1 ms hands the rest of its batch to the workers, and the
+// workers take over until handlers are short again (while that handler
+// runs, nothing new is claimed). At most ConsumeWorkers handlers run at once
+// either way.
+//
+// Acks of handled messages are written by the goroutine that claims, in one
+// transaction for everything finished since the previous claim, right after
+// the next claim (while its handlers run) or before it waits for a wake-up.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -198,41 +227,72 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		return bindings.Errorf(bindings.CodeInvalidInput, "handler: must not be nil")
 	}
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
-		jobs: make(chan Message, o.workers), free: make(chan struct{}, o.workers),
-		acks: make(chan Message, o.workers)}
+		jobs: make(chan Message, o.workers), done: make(chan finished, o.workers),
+		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
 	c.wg.Add(o.workers)
 	for range o.workers {
 		go c.work()
 	}
-	ackerDone := make(chan struct{})
-	go func() {
-		defer close(ackerDone)
-		c.acker()
-	}()
 	err = c.dispatch(ctx)
 	close(c.jobs)
 	c.wg.Wait()
-	close(c.acks)
-	<-ackerDone
+	// Every worker has stopped: what they finished since is in done.
+	for len(c.done) > 0 {
+		c.collect(<-c.done)
+	}
+	c.flushAcks()
 	return err
 }
 
-// consumer is one running Consume.
+// consumer is one running Consume. One goroutine, the dispatcher, does all
+// of its claims and acks; workers only run handlers (and nack failures), so
+// claims and acks do not compete for the store's write lock and each claim
+// goes with at most one ack transaction for everything finished before it.
 type consumer struct {
 	q       *Queue
 	o       consumeOptions
 	handler Handler
 	hctx    context.Context // handlers' context: never cancelled
 	jobs    chan Message    // claimed messages, at most one per idle worker
-	free    chan struct{}   // a worker finished a message
-	acks    chan Message    // handled messages to ack
+	done    chan finished   // a worker finished a message; one slot per worker
+	acks    []Message       // handled messages not acked yet (dispatcher's)
 	wg      sync.WaitGroup  // workers
+	// want is how many idle workers a claim after a full one waits for
+	// (at most gatherFor): the number that recently became idle together.
+	want      int
+	gatherFor time.Duration // the last claim's duration, clamped
+	avg       time.Duration // moving average of handler durations; -1 before the first
+	watch     *time.Timer   // hands the rest of an inline batch to the workers
+	inl       struct {      // the batch the dispatcher runs itself
+		mu     sync.Mutex
+		msgs   []Message
+		next   int // msgs[next:] are not started
+		handed int // how many went to the workers
+		// deferred are acks of earlier inline batches carried into this
+		// one; handOff writes them if a handler here turns slow.
+		deferred []Message
+	}
+}
+
+// finished is a message a worker is done with; ack is set when its handler
+// succeeded (a failed one was nacked by the worker).
+type finished struct {
+	m   Message
+	ack bool
+	d   time.Duration // how long the handler ran
 }
 
 // errConsumeClosed is returned by Consume when its queue handle is closed.
 var errConsumeClosed = errors.New("queue handle closed while consuming")
 
-// dispatch claims messages for idle workers until ctx ends.
+// dispatch claims messages for idle workers and acks what they finished
+// until ctx ends.
+//
+// Acks are pipelined behind claims: when workers are idle and the store may
+// hold more, the claim runs first, so the workers start on the new batch
+// while the acks of the previous one are written. Acks are written before
+// the dispatcher blocks, so a finished message is acked at once when there
+// is nothing to claim.
 func (c *consumer) dispatch(ctx context.Context) error {
 	q := c.q
 	idle := c.o.workers
@@ -242,14 +302,27 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	backoff := time.Duration(0)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	gather := time.NewTimer(time.Hour)
+	gather.Stop()
+	clean := false // the last batch ran inline with no hand-off
+	c.want = min(c.o.batch, idle)
+	c.gatherFor = minGather
+	c.avg = -1
+	c.watch = time.AfterFunc(time.Hour, c.handOff)
+	c.watch.Stop()
+	defer c.watch.Stop()
 	for {
+		clean = false
 		if look && idle > 0 {
 			// Take the wake channels first: a commit after this point
 			// wakes us even if the claim below misses it.
 			local, hint = q.drv.WaitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
+			c.want = max(c.want, k)
+			began := time.Now()
 			msgs, err := q.Receive(ctx, k, ReceiveVisibility(c.o.visibility))
+			c.gatherFor = min(max(time.Since(began), minGather), maxGather)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return nil
@@ -262,23 +335,55 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				wakeAt = time.Now().Add(backoff)
 			default:
 				backoff = 0
-				for _, m := range msgs {
-					idle--
-					c.jobs <- m // never blocks: one slot per worker
+				if idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler {
+					// Short handlers and nobody busy: run the batch here,
+					// one handler at a time (within the worker limit).
+					handed := c.runInline(msgs)
+					clean = handed == 0
+					if handed > 0 {
+						// Its handler turned slow: the rest run on workers,
+						// likely to finish together with it.
+						idle -= handed
+						if err := c.settle(ctx, len(msgs) == k, &idle, gather); err != nil || ctx.Err() != nil {
+							return err
+						}
+					}
+				} else {
+					for _, m := range msgs {
+						idle--
+						c.jobs <- m // never blocks: one slot per worker
+					}
 				}
-				if len(msgs) == k {
-					continue // full: there may be more
+				if len(msgs) < k {
+					look = false
+					wakeAt = q.wakeAt(ctx, before, c.o.poll)
 				}
-				look = false
-				wakeAt = q.wakeAt(ctx, before, c.o.poll)
+				// else full: there may be more, claimed when workers free up.
 			}
+		}
+		// Acks of what finished before this point, written while the
+		// workers handle the batch just claimed.
+		if clean && look && len(c.acks) < 2*c.o.batch {
+			// A full batch of short handlers ran here and the next claim
+			// follows at once: its batch carries these acks, so one ack
+			// transaction covers two claims (handOff writes them if a
+			// handler there turns slow).
+			continue
+		}
+		c.flushAcks()
+		if look && idle > 0 {
+			continue // a full claim left idle workers: claim again
 		}
 		// Wait. With no idle worker only a freed worker matters: a claim
 		// follows it if look is set, which a full claim always leaves set.
-		if wr, ok := q.drv.(driver.WaitReceiver); ok && idle > 0 && !look && backoff == 0 {
-			// The engine's server holds the claim open until a message is
-			// due: no wake channels, no timer, no poll.
+		if wr, ok := q.drv.(driver.WaitReceiver); ok && idle+len(c.done) == c.o.workers && !look && backoff == 0 {
+			// Every worker idle (acks written first): the engine's server
+			// holds the claim open until a message is due (no wake
+			// channels, no timer, no poll). With a worker busy the wait
+			// below wakes when it finishes, so its ack is not held for the
+			// length of a server wait.
 			idle += c.drainFree()
+			c.flushAcks()
 			k := min(c.o.batch, idle)
 			msgs, err := q.serverWait(ctx, wr, k, c.o.visibility, c.o.poll)
 			switch {
@@ -313,7 +418,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			tc = timer.C
 			q.waiting.Add(1)
 		}
-		ev := c.wait(ctx, lc, hc, tc)
+		ev, f := c.wait(ctx, lc, hc, tc)
 		if waiting {
 			q.waiting.Add(-1)
 		}
@@ -324,29 +429,108 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
 		case evFree:
 			idle++
-			// Count every worker that finished meanwhile, so the next claim
-			// takes a batch for all of them instead of one message each;
-			// first let workers that are about to finish (runnable, as after
-			// a short handler) do so.
-			runtime.Gosched()
-			idle += c.drainFree()
+			c.collect(f)
+			if err := c.settle(ctx, look, &idle, gather); err != nil || ctx.Err() != nil {
+				return err
+			}
 		case evWake:
 			look = true
 		}
 	}
 }
 
-// drainFree counts (and takes) the freed-worker events waiting in c.free.
+// drainFree counts (and takes) the finished-worker events waiting in
+// c.done, noting each for the next ack.
 func (c *consumer) drainFree() int {
 	n := 0
 	for {
 		select {
-		case <-c.free:
+		case f := <-c.done:
 			n++
+			c.collect(f)
 		default:
 			return n
 		}
 	}
+}
+
+// settle runs after a worker finished: it counts every worker that finished
+// meanwhile, so the next claim takes a batch for all of them instead of one
+// message each (first letting workers that are about to finish, runnable as
+// after a short handler, do so), and when the store may hold more (look)
+// gathers the workers finishing with them. It returns an error only when
+// the handle was closed; a nil return with ctx ended means stop.
+func (c *consumer) settle(ctx context.Context, look bool, idle *int, gather *time.Timer) error {
+	runtime.Gosched()
+	for drained := false; !drained; {
+		select {
+		case f := <-c.done:
+			*idle++
+			c.collect(f)
+		default:
+			drained = true
+		}
+	}
+	if look && *idle < c.want {
+		if c.gather(ctx, idle, gather) == evClosed {
+			return bindings.Wrap(bindings.CodeQueueOperationFailed, errConsumeClosed, "consume")
+		}
+	}
+	return nil
+}
+
+// gather waits up to gatherFor for more workers to finish, until want are
+// idle: with short handlers the workers of one claim finish within
+// microseconds of each other, and one claim (and one ack) for all of them
+// costs a transaction where a claim per early finisher costs several. When
+// the time runs out first, the busy workers are slow ones: want drops to
+// the idle count, so a lasting slow handler costs one such wait, not one per
+// claim.
+func (c *consumer) gather(ctx context.Context, idle *int, t *time.Timer) int {
+	t.Reset(c.gatherFor)
+	defer t.Stop()
+	for *idle < c.want {
+		select {
+		case <-ctx.Done():
+			return evStop
+		case <-c.q.drv.Done():
+			return evClosed
+		case f := <-c.done:
+			*idle++
+			c.collect(f)
+		case <-t.C:
+			c.want = *idle
+			return evFree
+		}
+	}
+	return evFree
+}
+
+// collect notes a finished message for the next ack.
+func (c *consumer) collect(f finished) {
+	switch {
+	case f.d >= slowHandler || c.avg < 0:
+		c.avg = f.d
+	default:
+		c.avg += (f.d - c.avg) / 8
+	}
+	if !f.ack {
+		return
+	}
+	c.acks = append(c.acks, f.m)
+	if len(c.acks) == MaxAckBatch {
+		c.flushAcks()
+	}
+}
+
+// flushAcks acks the collected messages in one transaction.
+func (c *consumer) flushAcks() {
+	if len(c.acks) == 0 {
+		return
+	}
+	c.ackBatch(c.acks)
+	clear(c.acks) // drop the payloads
+	c.acks = c.acks[:0]
 }
 
 // Events that end a wait of the dispatcher.
@@ -357,44 +541,109 @@ const (
 	evWake          // a reason to look at the store
 )
 
-// wait blocks until something the dispatcher reacts to happens. Nil
-// channels are never ready.
-func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan time.Time) int {
+// wait blocks until something the dispatcher reacts to happens; for evFree
+// it returns what the worker finished. Nil channels are never ready.
+func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan time.Time) (int, finished) {
 	select {
 	case <-ctx.Done():
-		return evStop
+		return evStop, finished{}
 	case <-c.q.drv.Done():
-		return evClosed
-	case <-c.free:
-		return evFree
+		return evClosed, finished{}
+	case f := <-c.done:
+		return evFree, f
 	case <-lc:
-		return evWake
+		return evWake, finished{}
 	case <-hc:
-		return evWake
+		return evWake, finished{}
 	case <-tc:
-		return evWake
+		return evWake, finished{}
 	}
+}
+
+// runInline runs the handlers of msgs on the dispatcher, one after the
+// other, and returns how many of them it handed to the workers instead:
+// when a handler is still running after slowHandler, the watch timer gives
+// the messages not started yet to the workers (all idle when runInline
+// began), so a handler that turns slow delays the rest of its batch by at
+// most that. The dispatcher counts as one of the workers meanwhile: it runs
+// only when all are idle, and hands on at most len(msgs)-1 messages.
+func (c *consumer) runInline(msgs []Message) (handed int) {
+	in := &c.inl
+	in.mu.Lock()
+	in.msgs, in.next, in.handed = msgs, 0, 0
+	in.deferred = append(in.deferred[:0], c.acks...)
+	clear(c.acks)
+	c.acks = c.acks[:0]
+	in.mu.Unlock()
+	for {
+		in.mu.Lock()
+		if in.next == len(in.msgs) {
+			handed = in.handed
+			in.msgs, in.next = nil, 0
+			c.acks = append(c.acks, in.deferred...) // not written by handOff
+			clear(in.deferred)
+			in.deferred = in.deferred[:0]
+			in.mu.Unlock()
+			return handed
+		}
+		m := in.msgs[in.next]
+		in.next++
+		in.mu.Unlock()
+		c.watch.Reset(slowHandler)
+		began := time.Now()
+		ok := c.process(m)
+		d := time.Since(began)
+		c.watch.Stop()
+		c.collect(finished{m: m, ack: ok, d: d})
+	}
+}
+
+// handOff gives the messages of the inline batch not started yet to the
+// workers. It is the watch timer's function; a late call finds nothing
+// left or no batch.
+func (c *consumer) handOff() {
+	in := &c.inl
+	in.mu.Lock()
+	for _, m := range in.msgs[in.next:] {
+		c.jobs <- m // never blocks: the workers are idle, one slot each
+		in.handed++
+	}
+	in.next = len(in.msgs)
+	if in.msgs == nil || len(in.deferred) == 0 {
+		in.mu.Unlock()
+		return
+	}
+	// The acks carried into this batch must not wait for its slow
+	// handler. Consume waits for this write like for a worker.
+	acks := slices.Clone(in.deferred)
+	clear(in.deferred)
+	in.deferred = in.deferred[:0]
+	c.wg.Add(1)
+	in.mu.Unlock()
+	defer c.wg.Done()
+	c.ackBatch(acks)
 }
 
 // work runs handlers until jobs is closed and drained.
 func (c *consumer) work() {
 	defer c.wg.Done()
 	for m := range c.jobs {
-		c.process(m)
-		c.free <- struct{}{} // never blocks: one slot per worker
+		began := time.Now()
+		ok := c.process(m)
+		c.done <- finished{m: m, ack: ok, d: time.Since(began)} // never blocks: one slot per worker
 	}
 }
 
-// process runs the handler on m, then acks or nacks m. The ack and nack
-// are not cancelled with Consume's ctx, so a finished message is settled.
-func (c *consumer) process(m Message) {
+// process runs the handler on m and reports whether it succeeded, so m is
+// to be acked; a failed m is nacked here. The nack is not cancelled with
+// Consume's ctx, so a finished message is settled.
+func (c *consumer) process(m Message) (ok bool) {
 	log := c.o.log
 	stop := c.keepLease(m)
 	err := c.call(m)
 	stop()
 	if err == nil {
-		c.acks <- m
-		return
+		return true
 	}
 	delay, chosen := retryAfterOf(err)
 	next := "retry"
@@ -415,6 +664,7 @@ func (c *consumer) process(m Message) {
 	if nerr := c.q.nackFailed(c.hctx, m.ReceiptHandle, delay, lastErrorText(err)); nerr != nil {
 		log.Warn("consume: nack failed; the message comes back when its lease ends", logKeyBinding, c.q.binding, logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, nerr)
 	}
+	return false
 }
 
 // nackFailed nacks a failed delivery after delay, recording lastError where
@@ -468,30 +718,6 @@ func (c *consumer) keepLease(m Message) (stop func()) {
 		stopped = true
 		timer.Stop()
 		mu.Unlock()
-	}
-}
-
-// acker acks handled messages until acks is closed and drained. Acks that
-// queue up while one is being written go in one transaction: under load
-// (and against a foreign writer holding the lock) that halves the write
-// transactions per message; alone, an ack is written at once.
-func (c *consumer) acker() {
-	batch := make([]Message, 0, MaxReceiveBatch)
-	for m := range c.acks {
-		batch = append(batch[:0], m)
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case m, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				batch = append(batch, m)
-			default:
-				break more
-			}
-		}
-		c.ackBatch(batch)
 	}
 }
 

@@ -39,6 +39,8 @@ const (
 	DefaultBenchWorkers   = 4
 	DefaultBenchProcesses = 1
 	DefaultBenchBatch     = 1
+	// DefaultBenchAck is how the queue bench acks: one Ack per message.
+	DefaultBenchAck = benchAckEach
 	// benchValueBytes is the size of a KV value; benchKeysPerWorker the keys
 	// each worker cycles through.
 	benchValueBytes    = 128
@@ -48,6 +50,14 @@ const (
 	benchStartDelay = 500 * time.Millisecond
 	// benchTick is how often progress is shown and reported.
 	benchTick = 250 * time.Millisecond
+)
+
+// The queue bench's ack modes (--ack) and receiver modes (--receivers).
+const (
+	benchAckEach          = "each"    // one Ack per message
+	benchAckBatch         = "batch"   // one AckBatch per receive
+	benchReceiversLoop    = "loop"    // receive + ack loops
+	benchReceiversConsume = "consume" // Consume with --workers workers
 )
 
 // benchWorkerName is the hidden command a bench --processes run execs.
@@ -78,6 +88,13 @@ type benchConfig struct {
 	js       *nats.Conn
 	jsName   string
 	Replicas int
+	// Queue only: Ack is benchAckEach or benchAckBatch; Senders > 0 runs
+	// that many sending goroutines per process beside the --workers
+	// receivers (which then only receive); Receivers is benchReceiversLoop
+	// or benchReceiversConsume (needs Senders).
+	Ack       string
+	Senders   int
+	Receivers string
 }
 
 // benchJSON is bench's --json output.
@@ -92,6 +109,9 @@ type benchResultJSON struct {
 	Workers        int    `json:"workers"`
 	Processes      int    `json:"processes"`
 	Batch          int    `json:"batch"`
+	Ack            string `json:"ack,omitempty"`
+	Senders        int    `json:"senders,omitempty"`
+	Receivers      string `json:"receivers,omitempty"`
 	Durability     string `json:"durability"`
 	// Engine is "sqlite" or "jetstream"; on jetstream Stream names the
 	// temporary stream and Replicas its replicas.
@@ -140,6 +160,9 @@ func (c *benchCommand) flags() *benchFlags {
 	fs.IntVar(&f.cfg.Workers, "workers", DefaultBenchWorkers, "`N` concurrent workers in each process")
 	fs.IntVar(&f.cfg.Processes, "processes", DefaultBenchProcesses, "`P` processes (more than 1 re-runs this binary as load processes)")
 	fs.IntVar(&f.cfg.Batch, "batch", DefaultBenchBatch, fmt.Sprintf("queue: messages sent, then claimed per receive, 1-%d", queue.MaxReceiveBatch))
+	fs.StringVar(&f.cfg.Ack, "ack", DefaultBenchAck, "queue: ack `MODE`: each (one Ack per message) or batch (one AckBatch per receive)")
+	fs.IntVar(&f.cfg.Senders, "senders", 0, "queue: `S` goroutines per process only send, at full rate, while the --workers only receive (0: every worker sends and receives)")
+	fs.StringVar(&f.cfg.Receivers, "receivers", benchReceiversLoop, "queue: `MODE` of the --workers: loop (receive + ack) or consume (Consume's handlers; needs --senders)")
 	fs.StringVar(&f.durability, "durability", string(bindings.DurabilityNormal), "store durability: normal or full")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object (schema in docs/CLI.md) instead of text")
 	return f
@@ -183,10 +206,29 @@ func (c *benchCommand) Run(ctx context.Context, args []string) error {
 	case cfg.Replicas < 0 || cfg.Replicas > config.ReplicasMax:
 		return &usageError{msg: fmt.Sprintf("--replicas must be %d-%d, got %d", config.ReplicasMin, config.ReplicasMax, cfg.Replicas), try: "localcloud bench queue --engine jetstream --replicas 3"}
 	}
-	batchSet := false
-	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "batch" })
-	if batchSet && len(kinds) == 1 && kinds[0] == "kv" {
-		return &usageError{msg: "--batch applies to the queue bench only", try: "localcloud bench queue --batch 10"}
+	queueOnly := ""
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "batch", "ack", "senders", "receivers":
+			if queueOnly == "" {
+				queueOnly = f.Name
+			}
+		}
+	})
+	if queueOnly != "" && len(kinds) == 1 && kinds[0] == "kv" {
+		return &usageError{msg: fmt.Sprintf("--%s applies to the queue bench only", queueOnly), try: "localcloud bench queue --" + queueOnly + " ..."}
+	}
+	switch {
+	case cfg.Ack != benchAckEach && cfg.Ack != benchAckBatch:
+		return &usageError{msg: fmt.Sprintf("--ack must be each or batch, got %q", cfg.Ack), try: "localcloud bench queue --ack batch --batch 10"}
+	case cfg.Senders < 0 || cfg.Senders > 1024:
+		return &usageError{msg: fmt.Sprintf("--senders must be 0-1024, got %d", cfg.Senders), try: "localcloud bench queue --senders 1"}
+	case cfg.Receivers != benchReceiversLoop && cfg.Receivers != benchReceiversConsume:
+		return &usageError{msg: fmt.Sprintf("--receivers must be loop or consume, got %q", cfg.Receivers), try: "localcloud bench queue --senders 1 --receivers consume"}
+	case cfg.Receivers == benchReceiversConsume && cfg.Senders == 0:
+		return &usageError{msg: "--receivers consume needs --senders 1 or more (Consume only receives)", try: "localcloud bench queue --senders 1 --receivers consume --workers 8"}
+	case cfg.Receivers == benchReceiversConsume && cfg.Workers > queue.MaxWorkers:
+		return &usageError{msg: fmt.Sprintf("--workers must be 1-%d with --receivers consume, got %d", queue.MaxWorkers, cfg.Workers), try: "localcloud bench queue --senders 1 --receivers consume --workers 8"}
 	}
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()
@@ -202,7 +244,7 @@ func (c *benchCommand) Run(ctx context.Context, args []string) error {
 		k := *cfg
 		k.Kind = kind
 		if kind == "kv" {
-			k.Batch = 1
+			k.Batch, k.Ack, k.Senders, k.Receivers = 1, "", 0, ""
 		}
 		res, err := c.runBench(ctx, k)
 		if err != nil {
@@ -359,6 +401,7 @@ func (c *benchCommand) runProcesses(ctx context.Context, cfg benchConfig, dir st
 		cmd := exec.Command(exe, benchWorkerName,
 			"--kind", cfg.Kind, "--dir", dir, "--index", strconv.Itoa(i),
 			"--workers", strconv.Itoa(cfg.Workers), "--batch", strconv.Itoa(cfg.Batch),
+			"--ack", cfg.Ack, "--senders", strconv.Itoa(cfg.Senders), "--receivers", cfg.Receivers,
 			"--durability", string(cfg.Durability),
 			"--start", strconv.FormatInt(start.UnixNano(), 10), "--end", strconv.FormatInt(end.UnixNano(), 10))
 		cmd.Stderr = c.app.stderr
@@ -458,6 +501,9 @@ func (c *benchWorkerCommand) Run(ctx context.Context, args []string) error {
 	index := fs.Int("index", 0, "")
 	fs.IntVar(&cfg.Workers, "workers", 1, "")
 	fs.IntVar(&cfg.Batch, "batch", 1, "")
+	fs.StringVar(&cfg.Ack, "ack", "", "")
+	fs.IntVar(&cfg.Senders, "senders", 0, "")
+	fs.StringVar(&cfg.Receivers, "receivers", "", "")
 	durability := fs.String("durability", "", "")
 	startNs := fs.Int64("start", 0, "")
 	endNs := fs.Int64("end", 0, "")
@@ -525,6 +571,7 @@ func (r loadResult) summary(cfg benchConfig) benchResultJSON {
 	out := benchResultJSON{
 		Kind: cfg.Kind, DurationMillis: cfg.Duration.Milliseconds(), ElapsedMillis: elapsed.Milliseconds(),
 		Workers: cfg.Workers, Processes: cfg.Processes, Batch: cfg.Batch, Durability: string(cfg.Durability), Engine: cfg.Engine,
+		Ack: cfg.Ack, Senders: cfg.Senders, Receivers: cfg.Receivers,
 		CPUs: runtime.NumCPU(), ValueBytes: benchValueBytes, FirstError: r.FirstError, Ops: []opJSON{},
 	}
 	secs := elapsed.Seconds()
@@ -541,6 +588,9 @@ func (r loadResult) summary(cfg benchConfig) benchResultJSON {
 	}
 	if cfg.Kind == "queue" {
 		out.MessagesPerSec = out.Ops[2].OpsPerSec // acked messages
+		if cfg.Receivers == benchReceiversConsume {
+			out.MessagesPerSec = out.Ops[3].OpsPerSec // handled messages
+		}
 	}
 	if cfg.js != nil {
 		out.Stream, out.Replicas = benchStream(cfg), cfg.Replicas
@@ -579,7 +629,15 @@ func runLoad(ctx context.Context, cfg benchConfig, dir string, index int, start,
 		counts []atomic.Uint64
 		err    error
 	}
-	workers := make([]*worker, cfg.Workers)
+	n := cfg.Workers
+	consume := cfg.Kind == "queue" && cfg.Receivers == benchReceiversConsume
+	if consume {
+		n = 1 // one goroutine runs Consume with cfg.Workers handlers
+	}
+	if cfg.Kind == "queue" {
+		n += cfg.Senders
+	}
+	workers := make([]*worker, n)
 	var wg sync.WaitGroup
 	var lastEnd atomic.Int64
 	for i := range workers {
@@ -598,7 +656,10 @@ func runLoad(ctx context.Context, cfg benchConfig, dir string, index int, start,
 					return
 				}
 			}
+			var recMu sync.Mutex // Consume's handlers record concurrently
 			rec := func(op int, began time.Time, err error) {
+				recMu.Lock()
+				defer recMu.Unlock()
 				h := w.hs[op]
 				if err != nil {
 					h.Errors++
@@ -610,10 +671,17 @@ func runLoad(ctx context.Context, cfg benchConfig, dir string, index int, start,
 				h.record(time.Since(began).Nanoseconds())
 				w.counts[op].Add(1)
 			}
-			if cfg.Kind == "kv" {
+			switch {
+			case cfg.Kind == "kv":
 				kvWorker(ctx, kvs, fmt.Sprintf("p%dw%d:", index, i), end, rec)
-			} else {
-				queueWorker(ctx, q, cfg.Batch, end, rec)
+			case cfg.Senders == 0:
+				queueWorker(ctx, q, cfg, end, rec)
+			case i >= n-cfg.Senders:
+				sendWorker(ctx, q, end, rec)
+			case consume:
+				consumeWorker(ctx, q, cfg.Workers, end, rec)
+			default:
+				receiveWorker(ctx, q, cfg, end, rec)
 			}
 			now := time.Now().UnixNano()
 			for {
@@ -695,29 +763,96 @@ func kvWorker(ctx context.Context, s *kv.Store, prefix string, end time.Time, re
 	}
 }
 
-// queueWorker runs a closed loop until end: send batch messages, claim up
-// to batch with one receive, ack each. The backlog stays around
-// workers*batch, so latencies are not those of an ever-growing queue. Each
-// payload carries its send time, for the send-to-receive latency.
-func queueWorker(ctx context.Context, q *queue.Queue, batch int, end time.Time, rec func(int, time.Time, error)) {
+// queueWorker runs a closed loop until end: send batch messages, claim up to
+// batch with one receive, ack them (each, or all in one AckBatch). The
+// backlog stays around workers*batch, so latencies are not those of an
+// ever-growing queue. Each payload carries its send time, for the
+// send-to-receive latency.
+func queueWorker(ctx context.Context, q *queue.Queue, cfg benchConfig, end time.Time, rec func(int, time.Time, error)) {
 	for ctx.Err() == nil && time.Now().Before(end) {
-		for range batch {
-			began := time.Now()
-			err := q.Send(ctx, queue.Text(strconv.FormatInt(began.UnixNano(), 10)+strings.Repeat(".", 44)))
-			rec(0, began, err)
+		for range cfg.Batch {
+			sendOne(ctx, q, rec)
 		}
-		began := time.Now()
-		msgs, err := q.Receive(ctx, batch, queue.ReceiveVisibility(time.Minute))
-		rec(1, began, err)
-		for _, m := range msgs {
-			sent, perr := strconv.ParseInt(strings.TrimRight(m.Payload.Data, "."), 10, 64)
-			if perr == nil {
-				rec(3, time.Unix(0, sent), nil)
-			}
-			began := time.Now()
-			rec(2, began, q.Ack(ctx, m.ReceiptHandle))
+		receiveOnce(ctx, q, cfg, rec)
+	}
+}
+
+// sendWorker sends one message at a time until end (--senders).
+func sendWorker(ctx context.Context, q *queue.Queue, end time.Time, rec func(int, time.Time, error)) {
+	for ctx.Err() == nil && time.Now().Before(end) {
+		sendOne(ctx, q, rec)
+	}
+}
+
+// receiveWorker receives and acks until end (--senders: others send). An
+// empty receive waits a little for the senders instead of spinning.
+func receiveWorker(ctx context.Context, q *queue.Queue, cfg benchConfig, end time.Time, rec func(int, time.Time, error)) {
+	for ctx.Err() == nil && time.Now().Before(end) {
+		if receiveOnce(ctx, q, cfg, rec) == 0 {
+			time.Sleep(100 * time.Microsecond)
 		}
 	}
+}
+
+// consumeWorker runs Consume with workers handlers until end; each handled
+// message records its e2e latency (Consume acks it after the handler).
+func consumeWorker(ctx context.Context, q *queue.Queue, workers int, end time.Time, rec func(int, time.Time, error)) {
+	cctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	err := q.Consume(cctx, func(_ context.Context, m queue.Message) error {
+		recE2E(m, rec)
+		return nil
+	}, queue.ConsumeWorkers(workers), queue.ConsumeVisibility(time.Minute))
+	if err != nil {
+		rec(3, time.Now(), err)
+	}
+}
+
+func sendOne(ctx context.Context, q *queue.Queue, rec func(int, time.Time, error)) {
+	began := time.Now()
+	err := q.Send(ctx, queue.Text(strconv.FormatInt(began.UnixNano(), 10)+strings.Repeat(".", 44)))
+	rec(0, began, err)
+}
+
+// recE2E records the time from m's send to now.
+func recE2E(m queue.Message, rec func(int, time.Time, error)) {
+	sent, perr := strconv.ParseInt(strings.TrimRight(m.Payload.Data, "."), 10, 64)
+	if perr == nil {
+		rec(3, time.Unix(0, sent), nil)
+	}
+}
+
+// receiveOnce claims up to cfg.Batch messages and acks them as cfg.Ack
+// says; it returns how many it claimed. With --ack batch each message's ack
+// latency is that of the one AckBatch.
+func receiveOnce(ctx context.Context, q *queue.Queue, cfg benchConfig, rec func(int, time.Time, error)) int {
+	began := time.Now()
+	msgs, err := q.Receive(ctx, cfg.Batch, queue.ReceiveVisibility(time.Minute))
+	rec(1, began, err)
+	for _, m := range msgs {
+		recE2E(m, rec)
+	}
+	if cfg.Ack == benchAckBatch && len(msgs) > 0 {
+		receipts := make([]string, len(msgs))
+		for i, m := range msgs {
+			receipts[i] = m.ReceiptHandle
+		}
+		began := time.Now()
+		out, err := q.AckBatch(ctx, receipts)
+		for i := range msgs {
+			e := err
+			if e == nil && out[i] != queue.AckCurrent {
+				e = fmt.Errorf("ack batch: receipt %d: outcome %v", i, out[i])
+			}
+			rec(2, began, e)
+		}
+		return len(msgs)
+	}
+	for _, m := range msgs {
+		began := time.Now()
+		rec(2, began, q.Ack(ctx, m.ReceiptHandle))
+	}
+	return len(msgs)
 }
 
 // histogram records latencies in nanoseconds with about 1.6% precision:
@@ -857,7 +992,10 @@ func printBench(w io.Writer, r benchResultJSON) {
 	}
 	batch := ""
 	if r.Kind == "queue" {
-		batch = fmt.Sprintf(", batch %d", r.Batch)
+		batch = fmt.Sprintf(", batch %d, ack %s", r.Batch, r.Ack)
+		if r.Senders > 0 {
+			batch += fmt.Sprintf(", %d senders + %s receivers", r.Senders, r.Receivers)
+		}
 	}
 	engine := ""
 	if r.Engine == config.EngineJetStream {
@@ -898,6 +1036,7 @@ func (c *benchCommand) Usage() {
 
 Usage:
   localcloud bench [kv|queue] [--duration D] [--workers N] [--processes P] [--batch N] [--json]
+  localcloud bench queue [--ack each|batch] [--senders S] [--receivers loop|consume]
   localcloud bench [kv|queue] --engine jetstream [-f FILE] [--replicas R] [--duration D] [--workers N] [--batch N] [--json]
 
 bench creates a store in a new temporary folder ($TMPDIR), runs a load for
@@ -916,7 +1055,13 @@ sets its replicas (default 1 on up's embedded server, 3 on a cluster);
          10000 keys) and a get of a key it wrote.
   queue  each worker runs a closed loop: send --batch messages, claim up to
          --batch with one receive, ack each. e2e is the time from a send to
-         the receive that claimed the message.
+         the receive that claimed the message. --ack batch acks all the
+         messages of a receive in one AckBatch instead of one Ack each.
+         --senders S splits the roles: S goroutines per process only send,
+         one message per call, at full rate, while the --workers only
+         receive and ack; --receivers consume makes the --workers Consume's
+         handlers (queue.ConsumeWorkers) instead of receive loops, and e2e
+         is then send to handler.
 
 --workers goroutines share one store handle per process, as an app's would.
 --processes P > 1 runs P load processes (this binary, re-executed) against
@@ -928,6 +1073,8 @@ Examples:
   localcloud bench
   localcloud bench queue --duration 10s --workers 8 --batch 10
   localcloud bench kv --processes 4 --json
+  localcloud bench queue --workers 1 --batch 10 --ack batch
+  localcloud bench queue --senders 1 --receivers consume --workers 8
 
 Flags:
 `)
