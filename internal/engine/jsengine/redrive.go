@@ -148,9 +148,11 @@ func (q *jsQueue) redriveOne(ctx context.Context, m *nats.Msg, to string) error 
 	rm.Header.Set(hdrType, m.Header.Get(hdrType))
 	rm.Header.Set(hdrEnqueued, strconv.FormatInt(time.Now().UnixMilli(), 10))
 	rm.Header.Set(hdrMsgID, "lcrd:"+q.stream+":"+strconv.FormatUint(d.seq, 10))
-	if _, err := q.js.PublishMsg(ctx, rm, jetstream.WithExpectStream("LCQ_"+to)); err != nil {
+	ack, err := q.js.PublishMsg(ctx, rm, jetstream.WithExpectStream("LCQ_"+to))
+	if err != nil {
 		return fmt.Errorf("redrive message %d to %q: %w", d.seq, to, err)
 	}
+	noteWrite(q.ident, "LCQ_"+to, ack.Sequence) // ryw.go
 	if afterMovePublish != nil {
 		afterMovePublish("redrive")
 	}
