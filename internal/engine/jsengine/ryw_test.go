@@ -80,10 +80,11 @@ func wantRound(t *testing.T, round int, got []string, want ...string) {
 	}
 }
 
-// TestReadYourWritesAcrossHandles: a receive right after a write that
-// another handle of the same process did (a send, a batch send, a redrive
-// into the queue, a dead-letter move into it; on the same connection or
-// another one to the same server or cluster) gets what was written.
+// TestReadYourWritesAcrossHandles: a receive (or a redrive) right after a
+// write that another handle of the same process did (a send, a batch send,
+// a redrive into the queue, a dead-letter move into it; on the same
+// connection or another one to the same server or cluster) gets what was
+// written.
 func TestReadYourWritesAcrossHandles(t *testing.T) {
 	ctx := context.Background()
 	for _, tg := range rywTargets(t) {
@@ -135,6 +136,23 @@ func TestReadYourWritesAcrossHandles(t *testing.T) {
 						t.Fatal(err)
 					}
 					redriveOne(t, dlq, name)
+					wantRound(t, i, receiveAll(t, b), "m")
+				}
+			})
+			t.Run("RedriveRightAfterWrite", func(t *testing.T) {
+				t.Parallel()
+				nc := dial(t, tg.url)
+				name, dlqName := freshName("rywt"), freshName("rywtdlq")
+				w, dlq := openWith(t, nc, tg.replicas, dlqName), openWith(t, nc, tg.replicas, dlqName)
+				b := openWith(t, nc, tg.replicas, name)
+				for i := range rywRounds {
+					if err := w.Send(ctx, queue.Text("m")); err != nil {
+						t.Fatal(err)
+					}
+					res, err := dlq.Redrive(ctx, queue.RedriveTo(name))
+					if err != nil || res.Moved != 1 {
+						t.Fatalf("round %d: a redrive by another handle right after the send = %+v, %v; want 1 moved", i, res, err)
+					}
 					wantRound(t, i, receiveAll(t, b), "m")
 				}
 			})
