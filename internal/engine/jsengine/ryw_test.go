@@ -257,6 +257,7 @@ func TestReadYourWritesAfterPurgeElsewhere(t *testing.T) {
 			if err := st.Purge(ctx); err != nil {
 				t.Fatal(err)
 			}
+			settlePurge(t, st)
 			if got := receiveAll(t, b); len(got) != 0 {
 				t.Fatalf("received %v after the purge; want nothing", got)
 			}
@@ -288,5 +289,32 @@ func TestReadYourWritesAfterPurgeElsewhere(t *testing.T) {
 			}
 			wantRound(t, 0, receiveAll(t, b), "new")
 		})
+	}
+}
+
+// settlePurge waits until the queue's consumer has nothing pending or in
+// flight after a purge: on a cluster the consumer's leader was seen to
+// deliver purged messages right after the purge's reply (as Purge waits,
+// queue.go's waitPurged).
+func settlePurge(t *testing.T, st jetstream.Stream) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := st.Consumer(ctx, "lc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumer still has %d pending, %d in flight 10 s after the purge", ci.NumPending, ci.NumAckPending)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
