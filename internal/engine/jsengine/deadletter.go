@@ -268,9 +268,11 @@ func (q *jsQueue) moveOne(ctx context.Context, m *nats.Msg) error {
 		dm.Header.Set(hdrOriginReceipt, r)
 	}
 	q.carryLastError(ctx, m, dm) // lasterror.go
-	if _, err := q.js.PublishMsg(ctx, dm, jetstream.WithExpectStream("LCQ_"+q.dl.dlq)); err != nil {
+	ack, err := q.js.PublishMsg(ctx, dm, jetstream.WithExpectStream("LCQ_"+q.dl.dlq))
+	if err != nil {
 		return fmt.Errorf("publish message %d to dead-letter queue %q: %w", d.seq, q.dl.dlq, err)
 	}
+	noteWrite(q.ident, "LCQ_"+q.dl.dlq, ack.Sequence) // ryw.go
 	if afterMovePublish != nil {
 		afterMovePublish("dead-letter")
 	}

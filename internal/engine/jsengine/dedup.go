@@ -122,7 +122,7 @@ func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []str
 		}
 	}
 	if delay == 0 && lastSeq > 0 {
-		q.lastSent.Store(max64(q.lastSent.Load(), lastSeq))
+		noteWrite(q.ident, q.stream, lastSeq) // ryw.go
 		q.woke()
 	}
 	return dup, nil

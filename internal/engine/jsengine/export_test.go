@@ -1,5 +1,14 @@
 package jsengine
 
+import "github.com/nats-io/nats.go"
+
 // SetAfterMovePublish sets the hook that runs after a move's publish was
 // acknowledged and before the source is acked (the crash tests exit there).
 func SetAfterMovePublish(f func(kind string)) { afterMovePublish = f }
+
+// PendingWrite is the process's record of its last write to the queue
+// name's stream on nc's server or cluster that no consumer delivery has
+// confirmed yet (0: none; ryw.go).
+func PendingWrite(nc *nats.Conn, name string) uint64 {
+	return lastWrite(serverIdentity(nc), "LCQ_"+name)
+}

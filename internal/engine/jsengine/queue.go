@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,7 +127,7 @@ func (e Queue) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error
 	}
 	q := &jsQueue{replicated: info.Config.Replicas > 1, ackWait: ackWait, nc: e.Conn, js: js, st: st, cons: cons, name: cfg.Location, subject: subject,
 		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
-		url: e.Conn.ConnectedUrlRedacted(), done: make(chan struct{}), wake: make(chan struct{}),
+		url: e.Conn.ConnectedUrlRedacted(), ident: serverIdentity(e.Conn), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
 	return q, nil
 }
@@ -192,8 +191,9 @@ type jsQueue struct {
 	// ackWait is the consumer's AckWait: a receive with this lease needs
 	// no Nak (see pull).
 	ackWait time.Duration
-	// lastSent is the stream sequence of this handle's last due send.
-	lastSent atomic.Uint64
+	// ident names the server or cluster: with stream, the key of the
+	// process's record of its last write (ryw.go).
+	ident    string
 	notifier interface{ MessageDue() }
 	readOnly bool
 	dl       *deadLetters // the policy and move targets (deadletter.go)
@@ -281,7 +281,7 @@ func (q *jsQueue) Send(ctx context.Context, ps []driver.Payload, delay time.Dura
 		return err
 	}
 	if delay == 0 {
-		q.lastSent.Store(max64(q.lastSent.Load(), ack.Sequence))
+		noteWrite(q.ident, q.stream, ack.Sequence) // ryw.go
 		q.woke()
 	}
 	return nil
@@ -407,8 +407,8 @@ func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
 	return true, nil
 }
 
-// catchUpWait bounds how long a Receive waits for
-// the consumer to see this handle's own last send (see Receive).
+// catchUpWait bounds how long a Receive waits for the consumer to see the
+// process's last write to the queue (see Receive).
 const catchUpWait = 500 * time.Millisecond
 
 // Receive pulls up to max messages (a raw no-wait pull request). A lease
@@ -421,9 +421,11 @@ const catchUpWait = 500 * time.Millisecond
 // (on a replicated queue its leader may also be a follower of the stream
 // that has not yet applied a send the stream's leader acknowledged);
 // measured: a receive right after an acknowledged send found nothing, on a
-// single node too, or one of two on a cluster. So when a pull gives fewer than max and the consumer has not yet
-// delivered this handle's last sent sequence to anyone, Receive pulls again
-// (1 ms, doubling, up to catchUpWait in all).
+// single node too, or one of two on a cluster. So when a pull gives fewer
+// than max and the consumer has not yet delivered the last sequence this
+// process wrote to the queue (by any handle: a send, a batch send, a
+// redrive or dead-letter move into it; ryw.go) to anyone, Receive pulls
+// again (1 ms, doubling, up to catchUpWait in all).
 func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
@@ -435,30 +437,15 @@ func (q *jsQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]
 	if len(out) == max {
 		return q.catchUpNacks(ctx, out, max, lease), nil // only forgets what came
 	}
-	lastSent := q.lastSent.Load()
+	last := lastWrite(q.ident, q.stream) // ryw.go
 	deadline := time.Now().Add(catchUpWait)
-	for wait := time.Millisecond; len(out) < max && lastSent > 0; wait = min(2*wait, 50*time.Millisecond) {
+	for wait := time.Millisecond; len(out) < max && last > 0; wait = min(2*wait, 50*time.Millisecond) {
 		seen := uint64(0)
 		for _, m := range out {
 			seen = max64(seen, uint64(m.ID))
 		}
-		if seen >= lastSent {
+		if !q.catchUp(ctx, last, seen, deadline, wait) {
 			break
-		}
-		ci, err := q.cons.Info(ctx)
-		if err != nil {
-			return out, nil // what we have is valid; the catch-up is best effort
-		}
-		if ci.Delivered.Stream >= lastSent || time.Now().After(deadline) {
-			break
-		}
-		if ok, err := q.exists(ctx, lastSent); err != nil || !ok {
-			break // purged (by any handle) before it was delivered
-		}
-		select {
-		case <-ctx.Done():
-			return out, nil
-		case <-time.After(wait):
 		}
 		more, err := q.pull(ctx, max-len(out), lease)
 		if err != nil {
@@ -936,6 +923,7 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.check(true); err != nil {
 		return err
 	}
+	last := lastWrite(q.ident, q.stream)
 	// The messages and the delayed sends, not the dedup markers
 	// (dedup.go): a purge forgets no dedup key, as on the SQLite engine.
 	for _, subj := range []string{q.subject, "lcqs." + q.name + ".>"} {
@@ -946,7 +934,7 @@ func (q *jsQueue) Purge(ctx context.Context) error {
 	if err := q.purgeLastErrors(ctx); err != nil { // lasterror.go
 		return err
 	}
-	q.lastSent.Store(0)
+	forgetWrite(q.ident, q.stream, last) // a write since the purge began stays
 	if q.replicated {
 		return q.waitPurged(ctx)
 	}

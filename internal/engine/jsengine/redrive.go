@@ -31,6 +31,9 @@ const redriveBatch = 100
 // redrive to origins never creates one) or none of the handle's move
 // targets, are Skipped: held by the Redrive while it runs and released
 // (a Nak) at its end, so each such message counts one more delivery here.
+// Read-your-writes as in Receive: while the last write of this process
+// into this queue is not delivered yet, an empty pull is retried (up to
+// catchUpWait in all).
 func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.RedriveResult, error) {
 	var res driver.RedriveResult
 	if err := q.check(true); err != nil {
@@ -64,6 +67,8 @@ func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.Redrive
 			q.woke()
 		}
 	}()
+	var catchUntil time.Time // read-your-writes, as in Receive (ryw.go)
+	catchWait := time.Millisecond
 	for o.Max < 0 || res.Moved < o.Max {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -77,6 +82,16 @@ func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.Redrive
 			return res, err
 		}
 		if len(msgs) == 0 {
+			// A write of this process into the dead-letter queue (a move,
+			// a send) that its consumer has not seen yet is waited for.
+			last := lastWrite(q.ident, q.stream)
+			if catchUntil.IsZero() {
+				catchUntil = time.Now().Add(catchUpWait)
+			}
+			if last > 0 && q.catchUp(ctx, last, 0, catchUntil, catchWait) {
+				catchWait = min(2*catchWait, 50*time.Millisecond)
+				continue
+			}
 			break
 		}
 		var moving []*nats.Msg
@@ -148,9 +163,11 @@ func (q *jsQueue) redriveOne(ctx context.Context, m *nats.Msg, to string) error 
 	rm.Header.Set(hdrType, m.Header.Get(hdrType))
 	rm.Header.Set(hdrEnqueued, strconv.FormatInt(time.Now().UnixMilli(), 10))
 	rm.Header.Set(hdrMsgID, "lcrd:"+q.stream+":"+strconv.FormatUint(d.seq, 10))
-	if _, err := q.js.PublishMsg(ctx, rm, jetstream.WithExpectStream("LCQ_"+to)); err != nil {
+	ack, err := q.js.PublishMsg(ctx, rm, jetstream.WithExpectStream("LCQ_"+to))
+	if err != nil {
 		return fmt.Errorf("redrive message %d to %q: %w", d.seq, to, err)
 	}
+	noteWrite(q.ident, "LCQ_"+to, ack.Sequence) // ryw.go
 	if afterMovePublish != nil {
 		afterMovePublish("redrive")
 	}
