@@ -3,7 +3,7 @@
 // bindings/queue/driver over github.com/nats-io/nats.go/jetstream. A binding
 // with `engine: jetstream` selects it (up provisions it; kv.FromEnv and
 // queue.FromEnv open it through env.go); see docs/ARCHITECTURE.md,
-// "JetStream engine (in progress)", for what holds and what does not.
+// "JetStream engine", for what holds and what does not.
 package jsengine
 
 import (

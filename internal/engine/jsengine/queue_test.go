@@ -12,7 +12,7 @@ import (
 // jsQueueCaps is what the JetStream engine lets the queue suite do: it runs
 // on server time, its Peek cannot see the server's per-message lease ends
 // and delivery counts, and due messages come in the server's delivery
-// order (docs/ARCHITECTURE.md, "JetStream engine (in progress)").
+// order (docs/ARCHITECTURE.md, "JetStream engine").
 var jsQueueCaps = queuetest.Capabilities{PeekHidesLeases: true, ArrivalOrder: true, HandleLocalExtend: true, LastErrors: true, DedupKeys: true}
 
 // TestQueueConformance runs the queue suite on the embedded single node, on
