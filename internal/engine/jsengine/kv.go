@@ -1,5 +1,5 @@
 // Package jsengine is the NATS JetStream engine of localcloud's kv and queue
-// bindings (issue 13), in progress: it implements bindings/kv/driver and
+// bindings: it implements bindings/kv/driver and
 // bindings/queue/driver over github.com/nats-io/nats.go/jetstream. A binding
 // with `engine: jetstream` selects it (up provisions it; kv.FromEnv and
 // queue.FromEnv open it through env.go); see docs/ARCHITECTURE.md,
