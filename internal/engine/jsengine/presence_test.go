@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
 )
@@ -14,22 +16,32 @@ import (
 // its bound, from a get each: a live receipt of a message another handle
 // acked (it shared the receipt) or purged is gone; the others are current.
 // Both handles are this process's, but neither knows the other's acks.
+// When AckBatch returns, the other handle no longer sees the acked
+// messages (on R3: the removal was awaited, waitAllGone).
 func TestAckBatchPresence(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		replicas   int
 		maxDeleted uint64
-	}{{"OneRead", 2048}, {"GetEach", 2}} {
+	}{{"R1/OneRead", 1, 2048}, {"R1/GetEach", 1, 2}, {"R3/OneRead", 3, 2048}, {"R3/GetEach", 3, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.replicas > 1 && testing.Short() {
+				t.Skip("a 3-node cluster")
+			}
 			old := jsengine.SetMaxDeleted(tc.maxDeleted)
 			defer jsengine.SetMaxDeleted(old)
-			nc := connect(t)
+			var nc *nats.Conn
+			if tc.replicas > 1 {
+				nc = connectCluster(t)
+			} else {
+				nc = connect(t)
+			}
 			ctx := context.Background()
 			loc := freshName("presence")
 			open := func() *queue.Queue {
-				q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, loc)
-				if err != nil {
-					t.Fatal(err)
-				}
+				q := retryOpen(t, func() (*queue.Queue, error) {
+					return queue.OpenEngine(ctx, jsengine.Queue{Conn: nc, Replicas: tc.replicas}, loc)
+				})
 				t.Cleanup(func() { q.Close() })
 				return q
 			}
@@ -70,6 +82,9 @@ func TestAckBatchPresence(t *testing.T) {
 				}
 				if want := []queue.AckOutcome{queue.AckGone, queue.AckCurrent, queue.AckCurrent}; !slices.Equal(got, want) {
 					t.Fatalf("AckBatch after another handle acked the first: %v; want %v", got, want)
+				}
+				if st, err := b.Stats(ctx); err != nil || st.Total != 1 {
+					t.Fatalf("the other handle's stats %+v (%v) right after the batch; want 1 message (head)", st, err)
 				}
 			}
 			if err := a.SendBatch(ctx, []queue.Payload{queue.Text("p"), queue.Text("q")}); err != nil {
