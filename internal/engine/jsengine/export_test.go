@@ -12,3 +12,7 @@ func SetAfterMovePublish(f func(kind string)) { afterMovePublish = f }
 func PendingWrite(nc *nats.Conn, name string) uint64 {
 	return lastWrite(serverIdentity(nc), "LCQ_"+name)
 }
+
+// SetMaxDeleted sets the longest deleted list a presence reads (presence.go)
+// and returns the previous bound.
+func SetMaxDeleted(n uint64) uint64 { old := maxDeleted; maxDeleted = n; return old }

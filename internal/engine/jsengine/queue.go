@@ -194,6 +194,8 @@ type jsQueue struct {
 	// ident names the server or cluster: with stream, the key of the
 	// process's record of its last write (ryw.go).
 	ident    string
+	// presence: how AckBatch reads the stream (presence.go).
+	presence presenceState
 	notifier interface{ MessageDue() }
 	readOnly bool
 	dl       *deadLetters // the policy and move targets (deadletter.go)
@@ -641,6 +643,20 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 		}
 		return driver.ErrStaleReceipt
 	}
+	if err := q.ackLive(ctx, s, r); err != nil {
+		return err
+	}
+	if q.replicated {
+		return q.waitGone(ctx, r.seq)
+	}
+	return nil
+}
+
+// ackLive sends the ack of the live receipt s (parsed: r) and waits for the
+// consumer's reply, then forgets the receipt's nack, extension and last
+// error. On a replicated stream the message may still be stored when it
+// returns (see waitGone).
+func (q *jsQueue) ackLive(ctx context.Context, s string, r receipt) error {
 	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
@@ -655,9 +671,6 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	delete(q.nacked, r.seq)
 	q.pruneLocked()
 	q.mu.Unlock()
-	if q.replicated {
-		return q.waitGone(ctx, r.seq)
-	}
 	return nil
 }
 
@@ -751,13 +764,15 @@ func (q *jsQueue) pruneLocked() {
 
 // AckBatch decides each receipt's outcome as Ack decides it, with the
 // requests of the batch in flight together (JetStream acks one delivery
-// per request): for each receipt, concurrently, whether its message is
-// still stored (one get), then for a live one the ack (on a replicated
-// stream it waits until the stream no longer holds its message, as Ack
-// does). A receipt twice in one batch, or two receipts of
-// one message, ack it once: the later ones are AckGone. On an error some
-// of the batch may be acked; Consume then acks each message on its own,
-// and an acked one is AckGone/a no-op then.
+// per request). Whether each message is still stored comes from one
+// stream read for the whole batch (a presence, presence.go), or from a get
+// each when the stream's deleted list is too long for that; then each live
+// receipt's ack, concurrently; on a replicated stream AckBatch then waits
+// until the stream no longer holds the acked messages, as Ack does (one
+// stream read per check for all of them). A receipt twice in one batch, or
+// two receipts of one message, ack it once: the later ones are AckGone. On
+// an error some of the batch may be acked; Consume then acks each message
+// on its own, and an acked one is AckGone/a no-op then.
 func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
@@ -775,44 +790,70 @@ func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.Ack
 		rs[i], live[i] = r, q.live(s, r)
 		idx = append(idx, i)
 	}
-	// Per receipt, concurrently: is the message still stored (a live
-	// receipt acked already, by a handle that shared it, or purged, is
-	// gone, and JetStream would take a second +ACK without a word), then,
-	// for a live one, the ack. The first live receipt of a message acks
-	// it; later receipts of it in the batch are gone.
+	if len(idx) == 0 {
+		return out, nil
+	}
+	// Is each message still stored: a live receipt acked already, by a
+	// handle that shared it, or purged, is gone, and JetStream would take
+	// a second +ACK without a word. The first live receipt of a message
+	// acks it; later receipts of it in the batch are gone.
 	first := make(map[uint64]int, len(idx))
 	for _, i := range idx {
 		if _, dup := first[rs[i].seq]; !dup && live[i] {
 			first[rs[i].seq] = i
 		}
 	}
+	var p *presence
+	if len(idx) > 1 {
+		var err error
+		if p, err = q.readPresence(ctx); err != nil {
+			return nil, err
+		}
+	}
+	acked := make([]bool, len(receipts))
 	if err := parallel(len(idx), func(k int) error {
 		i := idx[k]
-		held, err := q.exists(ctx, rs[i].seq)
+		var held bool
+		if p != nil {
+			held = p.holds(rs[i].seq)
+		} else {
+			var err error
+			if held, err = q.exists(ctx, rs[i].seq); err != nil {
+				return err
+			}
+		}
 		switch {
-		case err != nil:
-			return err
 		case !held:
 			out[i] = driver.AckGone
 			return nil
-		case !live[i]:
+		case !live[i] || !q.live(receipts[i], rs[i]): // stale by now
 			out[i] = driver.AckStale
 			return nil
 		case first[rs[i].seq] != i:
 			out[i] = driver.AckGone // acked by its first receipt in the batch
 			return nil
 		}
-		err = q.Ack(ctx, receipts[i])
-		switch {
-		case errors.Is(err, driver.ErrStaleReceipt):
-			out[i] = driver.AckStale
-			return nil
-		case err != nil:
+		if err := q.ackLive(ctx, receipts[i], rs[i]); err != nil {
 			return err
 		}
-		out[i] = driver.AckCurrent
+		out[i], acked[i] = driver.AckCurrent, true
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	if !q.replicated {
+		return out, nil
+	}
+	var seqs []uint64
+	for i, a := range acked {
+		if a {
+			seqs = append(seqs, rs[i].seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return out, nil
+	}
+	if err := q.waitAllGone(ctx, seqs); err != nil {
 		return nil, err
 	}
 	return out, nil
