@@ -366,3 +366,23 @@ bindings:
 		t.Errorf("get without the token: exit %d, %s", code, stderr)
 	}
 }
+
+// TestQueueSendDedupKeyOnJetStream: queue send --dedup-key on a jetstream
+// binding adds once and says so the second time (the engine's dedup keys).
+func TestQueueSendDedupKeyOnJetStream(t *testing.T) {
+	t.Parallel()
+	stack := jetStreamStack(t, startJetStream(t))
+	code, out, stderr := runIn(t, nil, "queue", "send", "-f", stack, "orders", "hello", "--dedup-key", "order:7", "--json")
+	if code != 0 || !strings.Contains(compactJSON(out), `"duplicate":false`) {
+		t.Fatalf("first send: exit %d, %s, %s", code, out, stderr)
+	}
+	code, out, stderr = runIn(t, nil, "queue", "send", "-f", stack, "orders", "hello again", "--dedup-key", "order:7")
+	if code != 0 || !strings.Contains(string(out), "nothing added") {
+		t.Fatalf("second send: exit %d, %s, %s", code, out, stderr)
+	}
+	code, out, stderr = runIn(t, nil, "queue", "stats", "-f", stack, "orders", "--json")
+	var s queueStatsJSON
+	if code != 0 || json.Unmarshal(out, &s) != nil || s.Total != 1 {
+		t.Errorf("stats after two keyed sends: exit %d, %s, %s; want 1 message", code, out, stderr)
+	}
+}
