@@ -193,7 +193,7 @@ type jsQueue struct {
 	ackWait time.Duration
 	// ident names the server or cluster: with stream, the key of the
 	// process's record of its last write (ryw.go).
-	ident    string
+	ident string
 	// presence: how AckBatch reads the stream (presence.go).
 	presence presenceState
 	notifier interface{ MessageDue() }
