@@ -263,6 +263,7 @@ type consumer struct {
 	gatherFor time.Duration // the last claim's duration, clamped
 	avg       time.Duration // moving average of handler durations; -1 before the first
 	watch     *time.Timer   // hands the rest of an inline batch to the workers
+	lease     *leaseKeeper  // extends the leases of the inline batch
 	inl       struct {      // the batch the dispatcher runs itself
 		mu     sync.Mutex
 		msgs   []Message
@@ -311,6 +312,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	c.watch = time.AfterFunc(time.Hour, c.handOff)
 	c.watch.Stop()
 	defer c.watch.Stop()
+	c.lease = c.newLeaseKeeper()
 	for {
 		clean = false
 		if look && idle > 0 {
@@ -575,6 +577,10 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 	clear(c.acks)
 	c.acks = c.acks[:0]
 	in.mu.Unlock()
+	// One lease keeper for the batch: its messages share a claim time and
+	// lease, so the timer armed now extends each in time.
+	c.lease.arm()
+	defer c.lease.disarm()
 	for {
 		in.mu.Lock()
 		if in.next == len(in.msgs) {
@@ -591,7 +597,7 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 		in.mu.Unlock()
 		c.watch.Reset(slowHandler)
 		began := time.Now()
-		ok := c.process(m)
+		ok := c.process(c.lease, m)
 		d := time.Since(began)
 		c.watch.Stop()
 		c.collect(finished{m: m, ack: ok, d: d})
@@ -627,21 +633,25 @@ func (c *consumer) handOff() {
 // work runs handlers until jobs is closed and drained.
 func (c *consumer) work() {
 	defer c.wg.Done()
+	l := c.newLeaseKeeper()
 	for m := range c.jobs {
 		began := time.Now()
-		ok := c.process(m)
+		l.arm()
+		ok := c.process(l, m)
+		l.disarm()
 		c.done <- finished{m: m, ack: ok, d: time.Since(began)} // never blocks: one slot per worker
 	}
 }
 
-// process runs the handler on m and reports whether it succeeded, so m is
+// process runs the handler on m, its lease extended by l (armed by the
+// caller), and reports whether it succeeded, so m is
 // to be acked; a failed m is nacked here. The nack is not cancelled with
 // Consume's ctx, so a finished message is settled.
-func (c *consumer) process(m Message) (ok bool) {
+func (c *consumer) process(l *leaseKeeper, m Message) (ok bool) {
 	log := c.o.log
-	stop := c.keepLease(m)
+	l.begin(m)
 	err := c.call(m)
-	stop()
+	l.end()
 	if err == nil {
 		return true
 	}
@@ -676,48 +686,117 @@ func (q *Queue) nackFailed(ctx context.Context, receipt string, delay time.Durat
 	return opErr(q.drv.Nack(ctx, receipt, delay), "nack receipt %q", receipt)
 }
 
-// keepLease extends m's lease by the visibility timeout every third of it
-// until stop is called. stop cuts an extension in progress short and waits
-// for it, so no extension is written after the ack or nack that follows
-// (one would undo a nack). A stale receipt or a message that is gone ends
-// the extensions; other failures are logged and tried again at the next
-// tick.
-func (c *consumer) keepLease(m Message) (stop func()) {
-	every := c.o.visibility / 3
-	ctx, cancel := context.WithCancel(c.hctx)
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   *time.Timer
-	)
-	extend := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		err := c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
-			c.o.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
-			return
-		default:
-			c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
-		}
-		timer.Reset(every)
+// leaseKeeper extends the lease of the message its goroutine is handling
+// by the visibility timeout every third of it. Each worker has one, and the
+// dispatcher one for the batches it runs inline, reused for every message:
+// no context, timer or closure per message. While armed, its timer fires
+// every third of the visibility and extends the lease of the message
+// running then (if any). A worker arms it per message; the dispatcher once
+// per inline batch, whose messages share a claim time and lease, so each
+// extension of a batch's message comes no later than it would per message.
+type leaseKeeper struct {
+	c     *consumer
+	every time.Duration
+	timer *time.Timer
+	// mu is held by an extension in progress; end takes it, so no
+	// extension is written after the ack or nack that follows (one would
+	// undo a nack).
+	mu    sync.Mutex
+	armed bool    // the timer is to keep firing (guarded by mu)
+	cur   Message // the message running now, when running (guarded by mu)
+	// running is set between begin and end (guarded by mu and cmu).
+	running bool
+	// cmu guards cancel and ending: end cuts an extension in progress
+	// short without waiting for mu.
+	cmu    sync.Mutex
+	ending bool
+	cancel context.CancelFunc
+}
+
+func (c *consumer) newLeaseKeeper() *leaseKeeper {
+	l := &leaseKeeper{c: c, every: c.o.visibility / 3}
+	l.timer = time.AfterFunc(time.Hour, l.extend)
+	l.timer.Stop()
+	return l
+}
+
+// arm starts the extensions: the first one every third of the visibility
+// from now.
+func (l *leaseKeeper) arm() {
+	l.mu.Lock()
+	l.armed = true
+	l.mu.Unlock()
+	l.timer.Reset(l.every)
+}
+
+// disarm stops the extensions. Call it after end.
+func (l *leaseKeeper) disarm() {
+	l.mu.Lock()
+	l.armed = false
+	l.mu.Unlock()
+	l.timer.Stop()
+}
+
+// begin makes m the message whose lease the next extensions renew.
+func (l *leaseKeeper) begin(m Message) {
+	l.mu.Lock()
+	l.cmu.Lock()
+	l.ending = false
+	l.cmu.Unlock()
+	l.cur, l.running = m, true
+	l.mu.Unlock()
+}
+
+// end stops extending the lease of the message begun last. It cuts an
+// extension in progress short and waits for it.
+func (l *leaseKeeper) end() {
+	l.cmu.Lock()
+	l.ending = true
+	if l.cancel != nil {
+		l.cancel()
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, extend)
-	mu.Unlock()
-	return func() {
-		cancel()
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
+	l.cmu.Unlock()
+	l.mu.Lock()
+	l.cur, l.running = Message{}, false // drop the payload
+	l.mu.Unlock()
+}
+
+// extend is the timer's function. A stale receipt or a message that is
+// gone ends the extensions of that message; other failures are logged and
+// tried again at the next tick.
+func (l *leaseKeeper) extend() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.armed {
+		return
+	}
+	defer l.timer.Reset(l.every)
+	if !l.running {
+		return // between two messages of an inline batch
+	}
+	l.cmu.Lock()
+	if l.ending {
+		l.cmu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(l.c.hctx)
+	l.cancel = cancel
+	l.cmu.Unlock()
+	m, c := l.cur, l.c
+	err := c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
+	l.cmu.Lock()
+	l.cancel = nil
+	l.cmu.Unlock()
+	cancel()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		l.running = false
+	case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
+		c.o.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		l.running = false
+	default:
+		c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
 	}
 }
 
