@@ -36,6 +36,11 @@ const (
 	// hands the rest of its batch to the workers, and ends inline running
 	// until the average is short again.
 	slowHandler = time.Millisecond
+	// inlineAckClaims: while full batches of short handlers run inline one
+	// claim after the other, their acks are written in one transaction per
+	// this many claims (a claim's worth of short handlers takes well under
+	// slowHandler per message, so the acks wait a few milliseconds).
+	inlineAckClaims = 4
 )
 
 // Handler processes one message for Consume. Returning nil acks the
@@ -227,7 +232,7 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		return bindings.Errorf(bindings.CodeInvalidInput, "handler: must not be nil")
 	}
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
-		jobs: make(chan Message, o.workers), done: make(chan finished, o.workers),
+		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan finished, o.workers+MaxReceiveBatch),
 		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
 	c.wg.Add(o.workers)
 	for range o.workers {
@@ -313,6 +318,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	c.watch.Stop()
 	defer c.watch.Stop()
 	c.lease = c.newLeaseKeeper()
+	c.lease.inline = true
 	for {
 		clean = false
 		if look && idle > 0 {
@@ -322,6 +328,12 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			before := q.now()
 			k := min(c.o.batch, idle)
 			c.want = max(c.want, k)
+			inline := idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler
+			if inline && !c.o.batchSet {
+				// The dispatcher runs this batch: a full claim (the
+				// workers take what a slow handler there leaves).
+				k = MaxReceiveBatch
+			}
 			began := time.Now()
 			msgs, err := q.Receive(ctx, k, ReceiveVisibility(c.o.visibility))
 			c.gatherFor = min(max(time.Since(began), minGather), maxGather)
@@ -337,7 +349,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				wakeAt = time.Now().Add(backoff)
 			default:
 				backoff = 0
-				if idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler {
+				if inline {
 					// Short handlers and nobody busy: run the batch here,
 					// one handler at a time (within the worker limit).
 					handed := c.runInline(msgs)
@@ -365,11 +377,11 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
-		if clean && look && len(c.acks) < 2*c.o.batch {
+		if clean && look && len(c.acks) < inlineAckClaims*c.o.batch {
 			// A full batch of short handlers ran here and the next claim
 			// follows at once: its batch carries these acks, so one ack
-			// transaction covers two claims (handOff writes them if a
-			// handler there turns slow).
+			// transaction covers up to inlineAckClaims claims (handOff
+			// writes them if a handler there turns slow).
 			continue
 		}
 		c.flushAcks()
@@ -510,18 +522,23 @@ func (c *consumer) gather(ctx context.Context, idle *int, t *time.Timer) int {
 
 // collect notes a finished message for the next ack.
 func (c *consumer) collect(f finished) {
-	switch {
-	case f.d >= slowHandler || c.avg < 0:
-		c.avg = f.d
-	default:
-		c.avg += (f.d - c.avg) / 8
-	}
+	c.note(f.d)
 	if !f.ack {
 		return
 	}
 	c.acks = append(c.acks, f.m)
 	if len(c.acks) == MaxAckBatch {
 		c.flushAcks()
+	}
+}
+
+// note adds a handler's duration d to the moving average.
+func (c *consumer) note(d time.Duration) {
+	switch {
+	case d >= slowHandler || c.avg < 0:
+		c.avg = d
+	default:
+		c.avg += (d - c.avg) / 8
 	}
 }
 
@@ -583,6 +600,16 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 	defer c.lease.disarm()
 	for {
 		in.mu.Lock()
+		if in.handed > 0 {
+			// A handler here turned slow and handed workers-1 messages
+			// on: what is left of a batch larger than that waits for the
+			// first of them to be done (the dispatcher runs no handler
+			// while workers are busy).
+			for ; in.next < len(in.msgs); in.next++ {
+				c.jobs <- in.msgs[in.next] // never blocks: MaxReceiveBatch slots beyond the workers
+				in.handed++
+			}
+		}
 		if in.next == len(in.msgs) {
 			handed = in.handed
 			in.msgs, in.next = nil, 0
@@ -600,7 +627,14 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 		ok := c.process(c.lease, m)
 		d := time.Since(began)
 		c.watch.Stop()
-		c.collect(finished{m: m, ack: ok, d: d})
+		c.note(d)
+		if ok {
+			// With the acks carried in: handOff writes them if a handler
+			// of this batch turns slow.
+			in.mu.Lock()
+			in.deferred = append(in.deferred, m)
+			in.mu.Unlock()
+		}
 	}
 }
 
@@ -610,11 +644,15 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 func (c *consumer) handOff() {
 	in := &c.inl
 	in.mu.Lock()
-	for _, m := range in.msgs[in.next:] {
-		c.jobs <- m // never blocks: the workers are idle, one slot each
+	// At most workers-1 go to the workers (the dispatcher is one): the
+	// rest, of a batch larger than that, wait, their leases extended,
+	// until the slow handler returns; runInline then queues them for the
+	// workers.
+	for in.next < len(in.msgs) && in.handed < c.o.workers-1 {
+		c.jobs <- in.msgs[in.next] // never blocks: the workers are idle, one slot each
+		in.next++
 		in.handed++
 	}
-	in.next = len(in.msgs)
 	if in.msgs == nil || len(in.deferred) == 0 {
 		in.mu.Unlock()
 		return
@@ -639,7 +677,9 @@ func (c *consumer) work() {
 		l.arm()
 		ok := c.process(l, m)
 		l.disarm()
-		c.done <- finished{m: m, ack: ok, d: time.Since(began)} // never blocks: one slot per worker
+		// Never blocks: one slot per worker, and MaxReceiveBatch for the
+		// rest of an inline batch queued beyond them.
+		c.done <- finished{m: m, ack: ok, d: time.Since(began)}
 	}
 }
 
@@ -698,6 +738,10 @@ type leaseKeeper struct {
 	c     *consumer
 	every time.Duration
 	timer *time.Timer
+	// inline: the dispatcher's, which also extends the messages of its
+	// batch not started yet (they wait only when the batch is larger than
+	// the workers besides the dispatcher and a handler there turned slow).
+	inline bool
 	// mu is held by an extension in progress; end takes it, so no
 	// extension is written after the ack or nack that follows (one would
 	// undo a nack).
@@ -771,6 +815,9 @@ func (l *leaseKeeper) extend() {
 		return
 	}
 	defer l.timer.Reset(l.every)
+	if l.inline {
+		l.extendWaiting()
+	}
 	if !l.running {
 		return // between two messages of an inline batch
 	}
@@ -797,6 +844,23 @@ func (l *leaseKeeper) extend() {
 		l.running = false
 	default:
 		c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+	}
+}
+
+// extendWaiting extends the leases of the inline batch's messages not
+// started yet. It holds the batch's lock, so none of them starts (and is
+// acked or nacked) during its extension.
+func (l *leaseKeeper) extendWaiting() {
+	c, in := l.c, &l.c.inl
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.msgs == nil {
+		return
+	}
+	for _, m := range in.msgs[in.next:] {
+		if err := c.q.Extend(c.hctx, m.ReceiptHandle, c.o.visibility); err != nil {
+			c.o.log.Warn("consume: extending the lease of a waiting message failed", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		}
 	}
 }
 
