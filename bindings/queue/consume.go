@@ -73,8 +73,10 @@ func ConsumeWorkers(n int) ConsumeOption { return func(o *consumeOptions) { o.wo
 func Workers(n int) ConsumeOption { return ConsumeWorkers(n) }
 
 // ConsumeBatchSize sets the most messages one claim takes,
-// 1..MaxReceiveBatch. A claim never takes more than there are idle
-// workers. Defaults to min(workers, MaxReceiveBatch).
+// 1..MaxReceiveBatch. A claim for the workers never takes more than there
+// are idle workers. Defaults to min(workers, MaxReceiveBatch), and to
+// MaxReceiveBatch for a batch Consume runs on its own goroutine (short
+// handlers, see Consume); when set, it bounds those too.
 func ConsumeBatchSize(n int) ConsumeOption {
 	return func(o *consumeOptions) { o.batch, o.batchSet = n, true }
 }
@@ -191,24 +193,29 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // waits in that claim instead, renewed every poll interval, and wakes when
 // the server hands it a message. Each claim takes at most as many
 // messages as there are idle workers, so nothing it claims waits for a
-// worker while its lease runs. After a full claim, when the first of the
-// busy workers finishes, Consume waits for the others that finish with it
-// (at most about one claim's duration, and not again once a handler proved
+// worker while its lease runs (but see the batches it runs itself,
+// below). After a full claim, when the first of the busy workers
+// finishes, Consume waits for the others that finish with it (at most
+// about one claim's duration, and not again once a handler proved
 // slow), so short handlers are fed one claim per batch instead of one per
 // early finisher. Between wake-ups it does not poll the store, so an idle
 // consumer uses no CPU.
 //
 // While handlers are short (under 100us on average) and no worker is busy,
 // the goroutine that claims runs a claimed batch itself, one handler after
-// the other, which saves a goroutine hand-off per message; a handler there
-// that runs past 1 ms hands the rest of its batch to the workers, and the
-// workers take over until handlers are short again (while that handler
-// runs, nothing new is claimed). At most ConsumeWorkers handlers run at once
-// either way.
+// the other, which saves a goroutine hand-off per message; such a claim
+// takes MaxReceiveBatch messages (unless ConsumeBatchSize is set). A
+// handler there that runs past 1 ms hands the rest of its batch to the
+// workers, at most ConsumeWorkers-1 of them; any beyond those wait, their
+// leases extended, until that handler returns and then go to the first
+// workers that free up. The workers take over until handlers are short
+// again (while that handler runs, nothing new is claimed). At most
+// ConsumeWorkers handlers run at once either way.
 //
 // Acks of handled messages are written by the goroutine that claims, in one
 // transaction for everything finished since the previous claim, right after
-// the next claim (while its handlers run) or before it waits for a wake-up.
+// the next claim (while its handlers run) or before it waits for a wake-up;
+// behind batches it ran itself back to back, once per four claims.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -258,7 +265,7 @@ type consumer struct {
 	o       consumeOptions
 	handler Handler
 	hctx    context.Context // handlers' context: never cancelled
-	jobs    chan Message    // claimed messages, at most one per idle worker
+	jobs    chan Message    // claimed messages, one per idle worker (and the rest of an inline batch)
 	done    chan finished   // a worker finished a message; one slot per worker
 	acks    []Message       // handled messages not acked yet (dispatcher's)
 	wg      sync.WaitGroup  // workers
