@@ -203,8 +203,9 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 //
 // While handlers are short (under 100us on average) and no worker is busy,
 // the goroutine that claims runs a claimed batch itself, one handler after
-// the other, which saves a goroutine hand-off per message; such a claim
-// takes MaxReceiveBatch messages (unless ConsumeBatchSize is set). A
+// the other, which saves a goroutine hand-off per message; once a batch
+// ran there with no hand-off, the next such claim takes MaxReceiveBatch
+// messages (unless ConsumeBatchSize is set). A
 // handler there that runs past 1 ms hands the rest of its batch to the
 // workers, at most ConsumeWorkers-1 of them; any beyond those wait, their
 // leases extended, until that handler returns and then go to the first
@@ -317,7 +318,8 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	defer timer.Stop()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
-	clean := false // the last batch ran inline with no hand-off
+	clean := false    // the last batch ran inline with no hand-off
+	cleanRun := false // likewise, kept across waits until a batch is not
 	c.want = min(c.o.batch, idle)
 	c.gatherFor = minGather
 	c.avg = -1
@@ -336,9 +338,10 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			k := min(c.o.batch, idle)
 			c.want = max(c.want, k)
 			inline := idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler
-			if inline && !c.o.batchSet {
-				// The dispatcher runs this batch: a full claim (the
-				// workers take what a slow handler there leaves).
+			if inline && cleanRun && !c.o.batchSet {
+				// The dispatcher runs this batch, and ran the last one
+				// with no hand-off: a full claim (the workers take what
+				// a handler there that turns slow leaves).
 				k = MaxReceiveBatch
 			}
 			began := time.Now()
@@ -361,6 +364,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 					// one handler at a time (within the worker limit).
 					handed := c.runInline(msgs)
 					clean = handed == 0
+					cleanRun = clean
 					if handed > 0 {
 						// Its handler turned slow: the rest run on workers,
 						// likely to finish together with it.
@@ -370,6 +374,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 						}
 					}
 				} else {
+					cleanRun = false
 					for _, m := range msgs {
 						idle--
 						c.jobs <- m // never blocks: one slot per worker
