@@ -36,6 +36,11 @@ const (
 	// hands the rest of its batch to the workers, and ends inline running
 	// until the average is short again.
 	slowHandler = time.Millisecond
+	// inlineAckClaims: while full batches of short handlers run inline one
+	// claim after the other, their acks are written in one transaction per
+	// this many claims (a claim's worth of short handlers takes well under
+	// slowHandler per message, so the acks wait a few milliseconds).
+	inlineAckClaims = 4
 )
 
 // Handler processes one message for Consume. Returning nil acks the
@@ -68,8 +73,10 @@ func ConsumeWorkers(n int) ConsumeOption { return func(o *consumeOptions) { o.wo
 func Workers(n int) ConsumeOption { return ConsumeWorkers(n) }
 
 // ConsumeBatchSize sets the most messages one claim takes,
-// 1..MaxReceiveBatch. A claim never takes more than there are idle
-// workers. Defaults to min(workers, MaxReceiveBatch).
+// 1..MaxReceiveBatch. A claim for the workers never takes more than there
+// are idle workers. Defaults to min(workers, MaxReceiveBatch), and to
+// MaxReceiveBatch for a batch Consume runs on its own goroutine (short
+// handlers, see Consume); when set, it bounds those too.
 func ConsumeBatchSize(n int) ConsumeOption {
 	return func(o *consumeOptions) { o.batch, o.batchSet = n, true }
 }
@@ -186,24 +193,30 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // waits in that claim instead, renewed every poll interval, and wakes when
 // the server hands it a message. Each claim takes at most as many
 // messages as there are idle workers, so nothing it claims waits for a
-// worker while its lease runs. After a full claim, when the first of the
-// busy workers finishes, Consume waits for the others that finish with it
-// (at most about one claim's duration, and not again once a handler proved
+// worker while its lease runs (but see the batches it runs itself,
+// below). After a full claim, when the first of the busy workers
+// finishes, Consume waits for the others that finish with it (at most
+// about one claim's duration, and not again once a handler proved
 // slow), so short handlers are fed one claim per batch instead of one per
 // early finisher. Between wake-ups it does not poll the store, so an idle
 // consumer uses no CPU.
 //
 // While handlers are short (under 100us on average) and no worker is busy,
 // the goroutine that claims runs a claimed batch itself, one handler after
-// the other, which saves a goroutine hand-off per message; a handler there
-// that runs past 1 ms hands the rest of its batch to the workers, and the
-// workers take over until handlers are short again (while that handler
-// runs, nothing new is claimed). At most ConsumeWorkers handlers run at once
-// either way.
+// the other, which saves a goroutine hand-off per message; once a batch
+// ran there with no hand-off, the next such claim takes MaxReceiveBatch
+// messages (unless ConsumeBatchSize is set). A
+// handler there that runs past 1 ms hands the rest of its batch to the
+// workers, at most ConsumeWorkers-1 of them; any beyond those wait, their
+// leases extended, until that handler returns and then go to the first
+// workers that free up. The workers take over until handlers are short
+// again (while that handler runs, nothing new is claimed). At most
+// ConsumeWorkers handlers run at once either way.
 //
 // Acks of handled messages are written by the goroutine that claims, in one
 // transaction for everything finished since the previous claim, right after
-// the next claim (while its handlers run) or before it waits for a wake-up.
+// the next claim (while its handlers run) or before it waits for a wake-up;
+// behind batches it ran itself back to back, once per four claims.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -227,7 +240,7 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		return bindings.Errorf(bindings.CodeInvalidInput, "handler: must not be nil")
 	}
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
-		jobs: make(chan Message, o.workers), done: make(chan finished, o.workers),
+		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan finished, o.workers+MaxReceiveBatch),
 		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
 	c.wg.Add(o.workers)
 	for range o.workers {
@@ -253,7 +266,7 @@ type consumer struct {
 	o       consumeOptions
 	handler Handler
 	hctx    context.Context // handlers' context: never cancelled
-	jobs    chan Message    // claimed messages, at most one per idle worker
+	jobs    chan Message    // claimed messages, one per idle worker (and the rest of an inline batch)
 	done    chan finished   // a worker finished a message; one slot per worker
 	acks    []Message       // handled messages not acked yet (dispatcher's)
 	wg      sync.WaitGroup  // workers
@@ -263,6 +276,7 @@ type consumer struct {
 	gatherFor time.Duration // the last claim's duration, clamped
 	avg       time.Duration // moving average of handler durations; -1 before the first
 	watch     *time.Timer   // hands the rest of an inline batch to the workers
+	lease     *leaseKeeper  // extends the leases of the inline batch
 	inl       struct {      // the batch the dispatcher runs itself
 		mu     sync.Mutex
 		msgs   []Message
@@ -304,13 +318,16 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	defer timer.Stop()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
-	clean := false // the last batch ran inline with no hand-off
+	clean := false    // the last batch ran inline with no hand-off
+	cleanRun := false // likewise, kept across waits until a batch is not
 	c.want = min(c.o.batch, idle)
 	c.gatherFor = minGather
 	c.avg = -1
 	c.watch = time.AfterFunc(time.Hour, c.handOff)
 	c.watch.Stop()
 	defer c.watch.Stop()
+	c.lease = c.newLeaseKeeper()
+	c.lease.inline = true
 	for {
 		clean = false
 		if look && idle > 0 {
@@ -320,6 +337,13 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			before := q.now()
 			k := min(c.o.batch, idle)
 			c.want = max(c.want, k)
+			inline := idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler
+			if inline && cleanRun && !c.o.batchSet {
+				// The dispatcher runs this batch, and ran the last one
+				// with no hand-off: a full claim (the workers take what
+				// a handler there that turns slow leaves).
+				k = MaxReceiveBatch
+			}
 			began := time.Now()
 			msgs, err := q.Receive(ctx, k, ReceiveVisibility(c.o.visibility))
 			c.gatherFor = min(max(time.Since(began), minGather), maxGather)
@@ -335,11 +359,12 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				wakeAt = time.Now().Add(backoff)
 			default:
 				backoff = 0
-				if idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler {
+				if inline {
 					// Short handlers and nobody busy: run the batch here,
 					// one handler at a time (within the worker limit).
 					handed := c.runInline(msgs)
 					clean = handed == 0
+					cleanRun = clean
 					if handed > 0 {
 						// Its handler turned slow: the rest run on workers,
 						// likely to finish together with it.
@@ -349,6 +374,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 						}
 					}
 				} else {
+					cleanRun = false
 					for _, m := range msgs {
 						idle--
 						c.jobs <- m // never blocks: one slot per worker
@@ -363,11 +389,11 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
-		if clean && look && len(c.acks) < 2*c.o.batch {
+		if clean && look && len(c.acks) < inlineAckClaims*c.o.batch {
 			// A full batch of short handlers ran here and the next claim
 			// follows at once: its batch carries these acks, so one ack
-			// transaction covers two claims (handOff writes them if a
-			// handler there turns slow).
+			// transaction covers up to inlineAckClaims claims (handOff
+			// writes them if a handler there turns slow).
 			continue
 		}
 		c.flushAcks()
@@ -508,18 +534,23 @@ func (c *consumer) gather(ctx context.Context, idle *int, t *time.Timer) int {
 
 // collect notes a finished message for the next ack.
 func (c *consumer) collect(f finished) {
-	switch {
-	case f.d >= slowHandler || c.avg < 0:
-		c.avg = f.d
-	default:
-		c.avg += (f.d - c.avg) / 8
-	}
+	c.note(f.d)
 	if !f.ack {
 		return
 	}
 	c.acks = append(c.acks, f.m)
 	if len(c.acks) == MaxAckBatch {
 		c.flushAcks()
+	}
+}
+
+// note adds a handler's duration d to the moving average.
+func (c *consumer) note(d time.Duration) {
+	switch {
+	case d >= slowHandler || c.avg < 0:
+		c.avg = d
+	default:
+		c.avg += (d - c.avg) / 8
 	}
 }
 
@@ -575,8 +606,22 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 	clear(c.acks)
 	c.acks = c.acks[:0]
 	in.mu.Unlock()
+	// One lease keeper for the batch: its messages share a claim time and
+	// lease, so the timer armed now extends each in time.
+	c.lease.arm()
+	defer c.lease.disarm()
 	for {
 		in.mu.Lock()
+		if in.handed > 0 {
+			// A handler here turned slow and handed workers-1 messages
+			// on: what is left of a batch larger than that waits for the
+			// first of them to be done (the dispatcher runs no handler
+			// while workers are busy).
+			for ; in.next < len(in.msgs); in.next++ {
+				c.jobs <- in.msgs[in.next] // never blocks: MaxReceiveBatch slots beyond the workers
+				in.handed++
+			}
+		}
 		if in.next == len(in.msgs) {
 			handed = in.handed
 			in.msgs, in.next = nil, 0
@@ -591,10 +636,17 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 		in.mu.Unlock()
 		c.watch.Reset(slowHandler)
 		began := time.Now()
-		ok := c.process(m)
+		ok := c.process(c.lease, m)
 		d := time.Since(began)
 		c.watch.Stop()
-		c.collect(finished{m: m, ack: ok, d: d})
+		c.note(d)
+		if ok {
+			// With the acks carried in: handOff writes them if a handler
+			// of this batch turns slow.
+			in.mu.Lock()
+			in.deferred = append(in.deferred, m)
+			in.mu.Unlock()
+		}
 	}
 }
 
@@ -604,11 +656,15 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 func (c *consumer) handOff() {
 	in := &c.inl
 	in.mu.Lock()
-	for _, m := range in.msgs[in.next:] {
-		c.jobs <- m // never blocks: the workers are idle, one slot each
+	// At most workers-1 go to the workers (the dispatcher is one): the
+	// rest, of a batch larger than that, wait, their leases extended,
+	// until the slow handler returns; runInline then queues them for the
+	// workers.
+	for in.next < len(in.msgs) && in.handed < c.o.workers-1 {
+		c.jobs <- in.msgs[in.next] // never blocks: the workers are idle, one slot each
+		in.next++
 		in.handed++
 	}
-	in.next = len(in.msgs)
 	if in.msgs == nil || len(in.deferred) == 0 {
 		in.mu.Unlock()
 		return
@@ -627,21 +683,27 @@ func (c *consumer) handOff() {
 // work runs handlers until jobs is closed and drained.
 func (c *consumer) work() {
 	defer c.wg.Done()
+	l := c.newLeaseKeeper()
 	for m := range c.jobs {
 		began := time.Now()
-		ok := c.process(m)
-		c.done <- finished{m: m, ack: ok, d: time.Since(began)} // never blocks: one slot per worker
+		l.arm()
+		ok := c.process(l, m)
+		l.disarm()
+		// Never blocks: one slot per worker, and MaxReceiveBatch for the
+		// rest of an inline batch queued beyond them.
+		c.done <- finished{m: m, ack: ok, d: time.Since(began)}
 	}
 }
 
-// process runs the handler on m and reports whether it succeeded, so m is
+// process runs the handler on m, its lease extended by l (armed by the
+// caller), and reports whether it succeeded, so m is
 // to be acked; a failed m is nacked here. The nack is not cancelled with
 // Consume's ctx, so a finished message is settled.
-func (c *consumer) process(m Message) (ok bool) {
+func (c *consumer) process(l *leaseKeeper, m Message) (ok bool) {
 	log := c.o.log
-	stop := c.keepLease(m)
+	l.begin(m)
 	err := c.call(m)
-	stop()
+	l.end()
 	if err == nil {
 		return true
 	}
@@ -676,48 +738,141 @@ func (q *Queue) nackFailed(ctx context.Context, receipt string, delay time.Durat
 	return opErr(q.drv.Nack(ctx, receipt, delay), "nack receipt %q", receipt)
 }
 
-// keepLease extends m's lease by the visibility timeout every third of it
-// until stop is called. stop cuts an extension in progress short and waits
-// for it, so no extension is written after the ack or nack that follows
-// (one would undo a nack). A stale receipt or a message that is gone ends
-// the extensions; other failures are logged and tried again at the next
-// tick.
-func (c *consumer) keepLease(m Message) (stop func()) {
-	every := c.o.visibility / 3
-	ctx, cancel := context.WithCancel(c.hctx)
-	var (
-		mu      sync.Mutex
-		stopped bool
-		timer   *time.Timer
-	)
-	extend := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			return
-		}
-		err := c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
-			c.o.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
-			return
-		default:
-			c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
-		}
-		timer.Reset(every)
+// leaseKeeper extends the lease of the message its goroutine is handling
+// by the visibility timeout every third of it. Each worker has one, and the
+// dispatcher one for the batches it runs inline, reused for every message:
+// no context, timer or closure per message. While armed, its timer fires
+// every third of the visibility and extends the lease of the message
+// running then (if any). A worker arms it per message; the dispatcher once
+// per inline batch, whose messages share a claim time and lease, so each
+// extension of a batch's message comes no later than it would per message.
+type leaseKeeper struct {
+	c     *consumer
+	every time.Duration
+	timer *time.Timer
+	// inline: the dispatcher's, which also extends the messages of its
+	// batch not started yet (they wait only when the batch is larger than
+	// the workers besides the dispatcher and a handler there turned slow).
+	inline bool
+	// mu is held by an extension in progress; end takes it, so no
+	// extension is written after the ack or nack that follows (one would
+	// undo a nack).
+	mu    sync.Mutex
+	armed bool    // the timer is to keep firing (guarded by mu)
+	cur   Message // the message running now, when running (guarded by mu)
+	// running is set between begin and end (guarded by mu and cmu).
+	running bool
+	// cmu guards cancel and ending: end cuts an extension in progress
+	// short without waiting for mu.
+	cmu    sync.Mutex
+	ending bool
+	cancel context.CancelFunc
+}
+
+func (c *consumer) newLeaseKeeper() *leaseKeeper {
+	l := &leaseKeeper{c: c, every: c.o.visibility / 3}
+	l.timer = time.AfterFunc(time.Hour, l.extend)
+	l.timer.Stop()
+	return l
+}
+
+// arm starts the extensions: the first one every third of the visibility
+// from now.
+func (l *leaseKeeper) arm() {
+	l.mu.Lock()
+	l.armed = true
+	l.mu.Unlock()
+	l.timer.Reset(l.every)
+}
+
+// disarm stops the extensions. Call it after end.
+func (l *leaseKeeper) disarm() {
+	l.mu.Lock()
+	l.armed = false
+	l.mu.Unlock()
+	l.timer.Stop()
+}
+
+// begin makes m the message whose lease the next extensions renew.
+func (l *leaseKeeper) begin(m Message) {
+	l.mu.Lock()
+	l.cmu.Lock()
+	l.ending = false
+	l.cmu.Unlock()
+	l.cur, l.running = m, true
+	l.mu.Unlock()
+}
+
+// end stops extending the lease of the message begun last. It cuts an
+// extension in progress short and waits for it.
+func (l *leaseKeeper) end() {
+	l.cmu.Lock()
+	l.ending = true
+	if l.cancel != nil {
+		l.cancel()
 	}
-	mu.Lock()
-	timer = time.AfterFunc(every, extend)
-	mu.Unlock()
-	return func() {
-		cancel()
-		mu.Lock()
-		stopped = true
-		timer.Stop()
-		mu.Unlock()
+	l.cmu.Unlock()
+	l.mu.Lock()
+	l.cur, l.running = Message{}, false // drop the payload
+	l.mu.Unlock()
+}
+
+// extend is the timer's function. A stale receipt or a message that is
+// gone ends the extensions of that message; other failures are logged and
+// tried again at the next tick.
+func (l *leaseKeeper) extend() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.armed {
+		return
+	}
+	defer l.timer.Reset(l.every)
+	if l.inline {
+		l.extendWaiting()
+	}
+	if !l.running {
+		return // between two messages of an inline batch
+	}
+	l.cmu.Lock()
+	if l.ending {
+		l.cmu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(l.c.hctx)
+	l.cancel = cancel
+	l.cmu.Unlock()
+	m, c := l.cur, l.c
+	err := c.q.Extend(ctx, m.ReceiptHandle, c.o.visibility)
+	l.cmu.Lock()
+	l.cancel = nil
+	l.cmu.Unlock()
+	cancel()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		l.running = false
+	case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
+		c.o.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		l.running = false
+	default:
+		c.o.log.Warn("consume: extending the lease failed; retrying", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+	}
+}
+
+// extendWaiting extends the leases of the inline batch's messages not
+// started yet. It holds the batch's lock, so none of them starts (and is
+// acked or nacked) during its extension.
+func (l *leaseKeeper) extendWaiting() {
+	c, in := l.c, &l.c.inl
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.msgs == nil {
+		return
+	}
+	for _, m := range in.msgs[in.next:] {
+		if err := c.q.Extend(c.hctx, m.ReceiptHandle, c.o.visibility); err != nil {
+			c.o.log.Warn("consume: extending the lease of a waiting message failed", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,4 +134,130 @@ func TestDelayedMessageWakesConsume(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("sent while Consume waits", dueDuring)
+}
+
+// TestConsumeExtendsLeaseInline: after short handlers, Consume runs a
+// claimed batch on its dispatcher with one lease keeper for the batch; a
+// handler there that turns slow still keeps its message for many leases,
+// and the next message of its batch runs on a worker meanwhile.
+func TestConsumeExtendsLeaseInline(t *testing.T) {
+	t.Parallel()
+	const lease = 150 * time.Millisecond
+	dir := t.TempDir()
+	var log hwLog
+	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll), queue.WithLogger(log.logger()))
+	other := hwOpen(t, dir)
+	ctx := context.Background()
+	for range 20 {
+		if err := q.Send(ctx, queue.Text("fast")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan queue.Message, 1)
+	second := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		switch m.Payload.String() {
+		case "slow":
+			started <- m
+			<-release
+		case "second":
+			second <- struct{}{}
+		}
+		return nil
+	}, queue.ConsumeVisibility(lease), queue.ConsumeWorkers(2))
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the short ones acked", func() bool { return hwCount(t, q) == 0 })
+	if err := q.SendBatch(ctx, []queue.Payload{queue.Text("slow"), queue.Text("second")}); err != nil {
+		t.Fatal(err)
+	}
+	var m queue.Message
+	select {
+	case m = <-started:
+	case <-time.After(hwTimeout):
+		t.Fatal("slow handler never started")
+	}
+	select {
+	case <-second:
+	case <-time.After(hwTimeout):
+		t.Fatal("the second message waited for the slow handler")
+	}
+	// Five leases long, the slow message's lease stays ahead. (Not
+	// ReceiveWait: the second message's ack waits for the dispatcher, busy
+	// in the slow handler, and its lease may run out meanwhile.)
+	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
+		if v := hwVisibleAt(t, other, m.ID); !v.After(time.Now()) {
+			t.Fatalf("visible_at %v is not in the future while the handler runs", v)
+		}
+	}
+	close(release)
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the message acked", func() bool { return hwCount(t, q) == 0 })
+	if s := log.String(); strings.Contains(s, "lease") || strings.Contains(s, "ack failed") {
+		t.Fatalf("unexpected warnings:\n%s", s)
+	}
+}
+
+// TestConsumeInlineRestWaitsWithLease: an inline batch claims
+// MaxReceiveBatch, more than the workers besides the dispatcher. When its
+// first handler turns slow, one message goes to the one other worker (the
+// worker limit holds: 2 handlers at once) and the rest wait, their leases
+// extended, until the slow handler returns; then all are handled.
+func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
+	t.Parallel()
+	const lease = 150 * time.Millisecond
+	dir := t.TempDir()
+	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll))
+	other := hwOpen(t, dir)
+	ctx := context.Background()
+	for range 20 {
+		if err := q.Send(ctx, queue.Text("fast")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan queue.Message, 1)
+	release := make(chan struct{})
+	var running, most, waited atomic.Int64
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for cur := most.Load(); n > cur && !most.CompareAndSwap(cur, n); cur = most.Load() {
+		}
+		switch m.Payload.String() {
+		case "slow":
+			started <- m
+			<-release
+		case "wait":
+			waited.Add(1)
+		}
+		return nil
+	}, queue.ConsumeVisibility(lease), queue.ConsumeWorkers(2))
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the short ones acked", func() bool { return hwCount(t, q) == 0 })
+	batch := []queue.Payload{queue.Text("slow")}
+	for range 4 {
+		batch = append(batch, queue.Text("wait"))
+	}
+	if err := q.SendBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var m queue.Message
+	select {
+	case m = <-started:
+	case <-time.After(hwTimeout):
+		t.Fatal("slow handler never started")
+	}
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "one message handed on", func() bool { return waited.Load() == 1 })
+	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
+		for id := m.ID + 2; id <= m.ID+4; id++ {
+			if v := hwVisibleAt(t, other, id); !v.After(time.Now()) {
+				t.Fatalf("message %d: visible_at %v is not in the future while it waits", id, v)
+			}
+		}
+	}
+	if n := waited.Load(); n != 1 {
+		t.Fatalf("%d waiting messages handled while the slow one ran, want 1", n)
+	}
+	close(release)
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "all acked", func() bool { return hwCount(t, q) == 0 })
+	if n, w := most.Load(), waited.Load(); n > 2 || w != 4 {
+		t.Fatalf("%d handlers at once (want at most 2), %d of 4 waiting ones handled", n, w)
+	}
 }
