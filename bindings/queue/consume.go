@@ -285,6 +285,15 @@ type consumer struct {
 		// deferred are acks of earlier inline batches carried into this
 		// one; handOff writes them if a handler here turns slow.
 		deferred []Message
+		// slow: a handler here turned slow and handed messages on. Until
+		// it returns the dispatcher writes no acks, and a handled
+		// message's lease is no longer extended, so the workers put what
+		// they finish in slowAcks and flushSlow writes them every quarter
+		// of the lease; the rest join the dispatcher's acks when the slow
+		// handler returns. endSlow stops flushSlow.
+		slow     bool
+		slowAcks []Message
+		endSlow  chan struct{}
 	}
 }
 
@@ -625,6 +634,13 @@ func (c *consumer) runInline(msgs []Message) (handed int) {
 		if in.next == len(in.msgs) {
 			handed = in.handed
 			in.msgs, in.next = nil, 0
+			if in.slow {
+				in.slow = false
+				close(in.endSlow)
+				c.acks = append(c.acks, in.slowAcks...)
+				clear(in.slowAcks)
+				in.slowAcks = in.slowAcks[:0]
+			}
 			c.acks = append(c.acks, in.deferred...) // not written by handOff
 			clear(in.deferred)
 			in.deferred = in.deferred[:0]
@@ -665,6 +681,12 @@ func (c *consumer) handOff() {
 		in.next++
 		in.handed++
 	}
+	if in.msgs != nil && in.handed > 0 && !in.slow { // a late call finds no batch
+		in.slow = true
+		in.endSlow = make(chan struct{})
+		c.wg.Add(1)
+		go c.flushSlow(in.endSlow)
+	}
 	if in.msgs == nil || len(in.deferred) == 0 {
 		in.mu.Unlock()
 		return
@@ -680,6 +702,46 @@ func (c *consumer) handOff() {
 	c.ackBatch(acks)
 }
 
+// slowAck takes m for flushSlow if the dispatcher runs a handler that
+// turned slow (and so writes no acks meanwhile); false: the dispatcher
+// acks m as usual.
+func (c *consumer) slowAck(m Message) bool {
+	c.inl.mu.Lock()
+	defer c.inl.mu.Unlock()
+	if !c.inl.slow {
+		return false
+	}
+	c.inl.slowAcks = append(c.inl.slowAcks, m)
+	return true
+}
+
+// flushSlow writes the acks the workers finish while the dispatcher runs a
+// slow handler, every quarter of the lease (well before a handled
+// message's lease ends), until end is closed; what is left then goes with
+// the dispatcher's next ack.
+func (c *consumer) flushSlow(end <-chan struct{}) {
+	defer c.wg.Done()
+	t := time.NewTicker(max(c.o.visibility/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-end:
+			return
+		case <-t.C:
+		}
+		c.inl.mu.Lock()
+		if !c.inl.slow || len(c.inl.slowAcks) == 0 {
+			c.inl.mu.Unlock()
+			continue
+		}
+		acks := slices.Clone(c.inl.slowAcks)
+		clear(c.inl.slowAcks)
+		c.inl.slowAcks = c.inl.slowAcks[:0]
+		c.inl.mu.Unlock()
+		c.ackBatch(acks)
+	}
+}
+
 // work runs handlers until jobs is closed and drained.
 func (c *consumer) work() {
 	defer c.wg.Done()
@@ -689,9 +751,13 @@ func (c *consumer) work() {
 		l.arm()
 		ok := c.process(l, m)
 		l.disarm()
+		d := time.Since(began)
+		if ok {
+			ok = !c.slowAck(m)
+		}
 		// Never blocks: one slot per worker, and MaxReceiveBatch for the
 		// rest of an inline batch queued beyond them.
-		c.done <- finished{m: m, ack: ok, d: time.Since(began)}
+		c.done <- finished{m: m, ack: ok, d: d}
 	}
 }
 

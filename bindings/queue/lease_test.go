@@ -261,3 +261,47 @@ func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
 		t.Fatalf("%d handlers at once (want at most 2), %d of 4 waiting ones handled", n, w)
 	}
 }
+
+// TestConsumeAcksHandedOnWhileInlineIsSlow: while a handler the dispatcher
+// runs itself turns slow, the messages it handed to the workers are acked
+// when they finish, not when the slow handler returns (their leases are no
+// longer extended, so waiting would let another consumer receive them
+// again).
+func TestConsumeAcksHandedOnWhileInlineIsSlow(t *testing.T) {
+	t.Parallel()
+	const lease = 150 * time.Millisecond
+	dir := t.TempDir()
+	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll))
+	ctx := context.Background()
+	for range 20 {
+		if err := q.Send(ctx, queue.Text("fast")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var handedDone atomic.Int64
+	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
+		switch m.Payload.String() {
+		case "slow":
+			started <- struct{}{}
+			<-release
+		case "handed":
+			handedDone.Add(1)
+		}
+		return nil
+	}, queue.ConsumeVisibility(lease), queue.ConsumeWorkers(4))
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the short ones acked", func() bool { return hwCount(t, q) == 0 })
+	if err := q.SendBatch(ctx, []queue.Payload{queue.Text("slow"), queue.Text("handed"), queue.Text("handed")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(hwTimeout):
+		t.Fatal("slow handler never started")
+	}
+	defer close(release)
+	testutil.CheckFor(t, hwTimeout, time.Millisecond, "the handed-on ones handled", func() bool { return handedDone.Load() == 2 })
+	// Acked while the slow handler still runs: only it is left.
+	testutil.CheckFor(t, 5*lease, time.Millisecond, "the handed-on ones acked", func() bool { return hwCount(t, q) == 1 })
+}
