@@ -237,21 +237,33 @@ type EnvKV struct{}
 
 // Open opens the bucket cfg.Binding describes.
 func (EnvKV) Open(ctx context.Context, cfg kvdriver.Config) (kvdriver.Store, error) {
-	b, err := ParseEnvBinding(cfg.Binding, ServiceKV)
+	st, release, err := openShared(ctx, cfg.Binding, ServiceKV, func(nc *nats.Conn, b EnvBinding) (kvdriver.Store, error) {
+		cfg.Location = b.Name
+		return KV{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	nc, release, err := acquire(ctx, b.Conn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Location = b.Name
-	st, err := retryOpen(ctx, func() (kvdriver.Store, error) { return KV{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg) })
-	if err != nil {
-		release()
 		return nil, err
 	}
 	return &releasingStore{Store: st, release: release}, nil
+}
+
+// openShared reads a binding's JSON for service, takes the process's shared
+// connection to its servers and opens the binding on it with open (retried
+// while a cluster elects); release gives the connection back.
+func openShared[T any](ctx context.Context, raw []byte, service string, open func(*nats.Conn, EnvBinding) (T, error)) (v T, release func(), err error) {
+	b, err := ParseEnvBinding(raw, service)
+	if err != nil {
+		return v, nil, err
+	}
+	nc, release, err := acquire(ctx, b.Conn)
+	if err != nil {
+		return v, nil, err
+	}
+	if v, err = retryOpen(ctx, func() (T, error) { return open(nc, b) }); err != nil {
+		release()
+		return v, nil, err
+	}
+	return v, release, nil
 }
 
 // releasingStore gives the shared connection back when it closes.
@@ -274,18 +286,11 @@ type EnvQueue struct{}
 
 // Open opens the queue cfg.Binding describes.
 func (EnvQueue) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, error) {
-	b, err := ParseEnvBinding(cfg.Binding, ServiceQueue)
+	q, release, err := openShared(ctx, cfg.Binding, ServiceQueue, func(nc *nats.Conn, b EnvBinding) (qdriver.Queue, error) {
+		cfg.Location = b.Name
+		return Queue{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
+	})
 	if err != nil {
-		return nil, err
-	}
-	nc, release, err := acquire(ctx, b.Conn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Location = b.Name
-	q, err := retryOpen(ctx, func() (qdriver.Queue, error) { return Queue{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg) })
-	if err != nil {
-		release()
 		return nil, err
 	}
 	// The queue closes its Done channel on Close: the connection goes
