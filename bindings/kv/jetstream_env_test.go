@@ -5,29 +5,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // startJetStream starts an embedded JetStream server on a free loopback
 // port, with token, and returns its URL; t.Cleanup stops it.
 func startJetStream(t *testing.T, token string) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(), Authorization: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	return srv.ClientURL()
+	return testutil.StartJetStream(t, token)
 }
 
 // TestFromEnvJetStream opens a jetstream-kv binding with FromEnv, no blank

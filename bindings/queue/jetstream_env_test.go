@@ -9,27 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // startJetStream starts an embedded JetStream server on a free loopback
 // port and returns its URL; t.Cleanup stops it.
 func startJetStream(t *testing.T) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	return srv.ClientURL()
+	return testutil.StartJetStream(t, "")
 }
 
 // TestFromEnvJetStream opens a jetstream-queue binding with FromEnv (no

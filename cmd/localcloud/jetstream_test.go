@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // startJetStream starts a real embedded JetStream server on a free
@@ -20,17 +22,7 @@ import (
 // test, and returns its URL.
 func startJetStream(t *testing.T) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("JetStream server not ready")
-	}
-	return srv.ClientURL()
+	return testutil.StartJetStream(t, "")
 }
 
 // jetStreamStack is a stack whose jetstream bindings live on the server at

@@ -7,13 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // TestJetStreamOnlyWhenABindingUsesIt: the embedded server runs JetStream
@@ -169,17 +168,7 @@ func TestJetStreamExternalCluster(t *testing.T) {
 // cluster, with a token, on a free loopback port.
 func startExternal(t *testing.T, token string) string {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: t.TempDir(), Authorization: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	return srv.ClientURL()
+	return testutil.StartJetStream(t, token)
 }
 
 // TestJetStreamReloadNeedsRestart: a reload that would need another
