@@ -826,11 +826,17 @@ func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.Ack
 		case !held:
 			out[i] = driver.AckGone
 			return nil
-		case !live[i] || !q.live(receipts[i], rs[i]): // stale by now
+		case !live[i]:
 			out[i] = driver.AckStale
 			return nil
 		case first[rs[i].seq] != i:
-			out[i] = driver.AckGone // acked by its first receipt in the batch
+			// Acked by its first receipt in the batch (decided before
+			// the re-check below: that ack, running in parallel, makes
+			// this receipt dead in the handle).
+			out[i] = driver.AckGone
+			return nil
+		case !q.live(receipts[i], rs[i]): // stale by now
+			out[i] = driver.AckStale
 			return nil
 		}
 		if err := q.ackLive(ctx, receipts[i], rs[i]); err != nil {
