@@ -145,31 +145,7 @@ func BenchmarkQueueReceive10BatchAck(b *testing.B) {
 	dir := b.TempDir()
 	prefillQueue(b, dir, b.N)
 	q := openQueue(b, dir)
-	ctx := context.Background()
-	receipts := make([]string, 0, queue.MaxReceiveBatch)
 	b.ResetTimer()
-	for got := 0; got < b.N; {
-		msgs, err := q.Receive(ctx, min(queue.MaxReceiveBatch, b.N-got))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(msgs) == 0 {
-			b.Fatalf("queue empty after %d of %d messages", got, b.N)
-		}
-		receipts = receipts[:0]
-		for _, m := range msgs {
-			receipts = append(receipts, m.ReceiptHandle)
-		}
-		out, err := q.AckBatch(ctx, receipts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i, o := range out {
-			if o != queue.AckCurrent {
-				b.Fatalf("receipt %d: %v", i, o)
-			}
-		}
-		got += len(msgs)
-	}
+	drainBatchAck(b, q, b.N)
 	reportRate(b, b.N, "msgs/s")
 }
