@@ -9,6 +9,7 @@ import (
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -364,5 +365,45 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	// A source of the wrong format is refused before anything changes.
 	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(newQueue(t), queue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
 		t.Errorf("queue into kv: %v", err)
+	}
+}
+
+const holdFileEnv = "LOCALCLOUD_TEST_HOLD_FILE"
+
+// TestCheckHelperHold is the helper process of TestRestoreRefusesAChildHolder:
+// it holds the file named by its environment open until killed.
+func TestCheckHelperHold(t *testing.T) {
+	path := os.Getenv(holdFileEnv)
+	if path == "" {
+		t.Skip("helper process of TestRestoreRefusesAChildHolder")
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(1)
+	}
+	fmt.Println("held", fh.Name())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until killed
+	os.Exit(2)
+}
+
+// TestRestoreRefusesAChildHolder: a holder that is a child of the restoring
+// process is looked at again for a while (a fork that has not exec'd yet
+// holds a copy of the parent's descriptors), but one that really holds the
+// store is still refused, by pid, and the store is left as it was.
+func TestRestoreRefusesAChildHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srcDir, liveDir := newKV(t), newKV(t)
+	live := filepath.Join(liveDir, kv.FileName)
+	c := testutil.StartChild(t, "file holder", "TestCheckHelperHold", holdFileEnv+"="+live)
+	c.Expect(t, "held", time.Minute)
+	before := testutil.StoreHashes(t, liveDir)
+	_, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(srcDir, kv.FileName), time.Now())
+	if !errors.Is(err, sqlstore.ErrStoreInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d ", c.Cmd.Process.Pid)) {
+		t.Errorf("restore while a child process holds the store: %v; want ErrStoreInUse naming pid %d", err, c.Cmd.Process.Pid)
+	}
+	if after := testutil.StoreHashes(t, liveDir); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the refused restore changed the store directory:\n before %v\n after  %v", before, after)
 	}
 }

@@ -46,10 +46,33 @@ func holders(path string) ([]holder, error) {
 			}
 			if st.Dev == target.Dev && st.Ino == target.Ino {
 				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
-				out = append(out, holder{pid: pid, name: strings.TrimSpace(string(comm))})
+				out = append(out, holder{pid: pid, name: strings.TrimSpace(string(comm)), child: parentPid(p.Name()) == self})
 				break
 			}
 		}
 	}
 	return out, nil
+}
+
+// parentPid is the parent's pid from /proc/<pid>/stat, or -1. The command
+// name (field 2) is in parentheses and may hold spaces or ')', so the
+// fields are read after the last ')'.
+func parentPid(pid string) int {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return -1
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return ppid
 }

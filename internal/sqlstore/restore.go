@@ -161,6 +161,10 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 type holder struct {
 	pid  int
 	name string
+	// child: a child of this process. Between fork and exec a child holds
+	// a copy of every descriptor this process had open at the fork, one
+	// of this process's own brief opens of the store included.
+	child bool
 }
 
 // notInUse fails with ErrStoreInUse when another process has the live
@@ -177,6 +181,15 @@ func notInUse(live string) error {
 		}
 	}
 	hs, err := holders(live)
+	// A holder that is a child of this process may be a fork not yet
+	// exec'd (another goroutine starting a program while this one had
+	// the file open to checkpoint it): such a copy goes at the exec, so
+	// children are looked at again for a while before the refusal. A
+	// child that really uses the store still holds it then.
+	for deadline := time.Now().Add(childExecWait); err == nil && len(hs) > 0 && allChildren(hs) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		hs, err = holders(live)
+	}
 	if err != nil || len(hs) == 0 {
 		return nil // nothing seen; the -wal/-shm check stands alone
 	}
@@ -185,6 +198,19 @@ func notInUse(live string) error {
 		names = append(names, fmt.Sprintf("pid %d (%s)", h.pid, h.name))
 	}
 	return fmt.Errorf("%w: %s; stop it and retry", ErrStoreInUse, strings.Join(names, ", "))
+}
+
+// childExecWait is how long a store held only by children of this process
+// is looked at again before Restore refuses (see notInUse).
+const childExecWait = 500 * time.Millisecond
+
+func allChildren(hs []holder) bool {
+	for _, h := range hs {
+		if !h.child {
+			return false
+		}
+	}
+	return true
 }
 
 // lockForRestore takes the store's write lock file exclusively, waiting at
