@@ -2,6 +2,7 @@ package jsengine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -121,6 +122,88 @@ func TestAckWhileStreamElects(t *testing.T) {
 		t.Logf("the Ack returned an error while the stream still held the message; once the cluster is whole again it holds %d (%v): "+
 			"the consumer's leader confirmed the +ACK without its quorum and the ack was lost if 1", final.msgs, serr)
 		return
+	}
+	st, err := q.Stats(ctx)
+	if err != nil || st.Total != 0 {
+		t.Fatalf("after the ack: %+v, %v; want the queue empty", st, err)
+	}
+}
+
+// TestAckWhileConsumerElects: the consumer's leader and one more node go
+// down just before an Ack (one back after 1 s), and the client is
+// connected to the third. The +ACK then has no responder until a new
+// consumer leader is elected; the Ack
+// sends it again while the receipt is live and returns nil, and the
+// message is gone. Before, the Ack failed at once with "no responders"
+// although nothing had taken the ack (the fault test counted 5 such acks
+// as unknown in one run, each message delivered again).
+func TestAckWhileConsumerElects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster with a node shut down")
+	}
+	c := newFaultCluster(t)
+	all, err := faultConnect(c.urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	ctx := context.Background()
+	q0, err := faultOpen(all, "celect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q0.Close()
+	js, err := jetstream.New(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stream = "LCQ_celect"
+	var consLeader string
+	for deadline := time.Now().Add(30 * time.Second); consLeader == ""; time.Sleep(100 * time.Millisecond) {
+		if cons, err := js.Consumer(ctx, stream, "lc"); err == nil {
+			if ci, err := cons.Info(ctx); err == nil && ci.Cluster != nil {
+				consLeader = ci.Cluster.Leader
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no consumer leader after 30 s")
+		}
+	}
+	leaderIx := c.nameToIx[consLeader]
+	// A client of one other node only: it stays connected while the
+	// leader's node is down.
+	other := (leaderIx + 1) % 3
+	nc, err := faultConnect(fmt.Sprintf("nats://127.0.0.1:%d", c.ports[other]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := faultOpen(nc, "celect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Send(ctx, queue.Text("m")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(20*time.Second))
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("receive: %v, %d messages", err, len(msgs))
+	}
+	// The leader and the third node down: no consumer leader can be
+	// elected until one of them is back (after 1 s).
+	third := (leaderIx + 2) % 3
+	c.stop(leaderIx)
+	c.stop(third)
+	back := time.AfterFunc(time.Second, func() { c.start(third) })
+	defer back.Stop()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	began := time.Now()
+	err = q.Ack(actx, msgs[0].ReceiptHandle)
+	t.Logf("ack with the consumer's leader %s and one more node down, one back after 1 s: %v after %s", consLeader, err, time.Since(began).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("ack while the consumer elects: %v; want nil once a new leader took it", err)
 	}
 	st, err := q.Stats(ctx)
 	if err != nil || st.Total != 0 {

@@ -16,3 +16,7 @@ func PendingWrite(nc *nats.Conn, name string) uint64 {
 // SetMaxDeleted sets the longest deleted list a presence reads (presence.go)
 // and returns the previous bound.
 func SetMaxDeleted(n uint64) uint64 { old := maxDeleted; maxDeleted = n; return old }
+
+// SetAckPath sets the hook told how each Ack that returned nil got there
+// ("live" or "gone", see ackPath).
+func SetAckPath(f func(seq uint64, path string)) { ackPath = f }

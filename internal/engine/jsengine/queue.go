@@ -384,17 +384,22 @@ func staleMargin(lease time.Duration) time.Duration {
 
 // live reports whether r may still act on its delivery.
 func (q *jsQueue) live(s string, r receipt) bool {
+	dl, dead := q.deadline(s, r)
+	return !dead && time.Now().Before(dl.Add(-staleMargin(r.lease)))
+}
+
+// deadline is the end of receipt s's lease (parsed: r), an Extend by this
+// handle included; dead: this handle acked or nacked it.
+func (q *jsQueue) deadline(s string, r receipt) (dl time.Time, dead bool) {
 	q.mu.Lock()
-	_, dead := q.dead[s]
-	dl, ok := q.extended[s]
-	q.mu.Unlock()
-	if dead {
-		return false
+	defer q.mu.Unlock()
+	if _, dead := q.dead[s]; dead {
+		return time.Time{}, true
 	}
-	if !ok {
-		dl = r.deadline
+	if dl, ok := q.extended[s]; ok {
+		return dl, false
 	}
-	return time.Now().Before(dl.Add(-staleMargin(r.lease)))
+	return r.deadline, false
 }
 
 // exists reports whether the message with stream sequence seq is stored.
@@ -639,6 +644,9 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 	if !q.live(s, r) {
 		gone, err := q.gone(ctx, r)
 		if err != nil || gone {
+			if err == nil && ackPath != nil {
+				ackPath(r.seq, "gone")
+			}
 			return err
 		}
 		return driver.ErrStaleReceipt
@@ -647,31 +655,80 @@ func (q *jsQueue) Ack(ctx context.Context, s string) error {
 		return err
 	}
 	if q.replicated {
-		return q.waitGone(ctx, r.seq)
+		if err := q.waitGone(ctx, r.seq); err != nil {
+			return err
+		}
+	}
+	if ackPath != nil {
+		ackPath(r.seq, "live")
 	}
 	return nil
 }
+
+// ackPath, when set (by the package's tests, before any Ack), is told how
+// each Ack that returns nil got there: "live" (the receipt's lease was
+// live: its ack was confirmed and, on a replicated stream, the removal
+// seen) or "gone" (a receipt past its lease, or acked or nacked by this
+// handle, whose message is no longer stored: nothing was acked). The fault
+// test tells an id acked twice from one acked once and looked at again.
+var ackPath func(seq uint64, path string)
 
 // ackLive sends the ack of the live receipt s (parsed: r) and waits for the
 // consumer's reply, then forgets the receipt's nack, extension and last
 // error. On a replicated stream the message may still be stored when it
 // returns (see waitGone).
+//
+// The consumer's reply must come before the receipt's lease ends: JetStream
+// applies an ack to whatever delivery of the message is current when it
+// arrives, so a +ACK that reaches the server later (sent while the
+// connection was reconnecting, then flushed from nats.go's buffer; or held
+// up by an election) may have acked a redelivery instead. Such an Ack
+// returns an error (the message may be acked or delivered again), not nil;
+// Ack again with the same receipt once the outcome shows: nil if the
+// message is gone.
 func (q *jsQueue) ackLive(ctx context.Context, s string, r receipt) error {
-	if _, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK")); err != nil {
+	dl, _ := q.deadline(s, r)
+	actx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
+	if err := q.requestAck(actx, s, r); err != nil {
+		if errors.Is(err, driver.ErrStaleReceipt) {
+			return err
+		}
+		if ctx.Err() == nil && actx.Err() != nil {
+			return fmt.Errorf("ack message %d: no reply before the receipt's lease ended (%s): the ack may have taken effect or the message be delivered again: %w",
+				r.seq, dl.UTC().Format(time.RFC3339Nano), err)
+		}
 		return fmt.Errorf("ack message %d: %w", r.seq, err)
 	}
 	q.dropLastError(ctx, r.reply) // lasterror.go
 	q.mu.Lock()
-	dl := r.deadline
-	if e, ok := q.extended[s]; ok {
-		dl = e
-	}
 	q.dead[s] = dl // acked: a later nack or extend by this handle acts on nothing
 	delete(q.extended, s)
 	delete(q.nacked, r.seq)
 	q.pruneLocked()
 	q.mu.Unlock()
 	return nil
+}
+
+// requestAck sends the +ACK of receipt s (parsed: r) and waits for the
+// consumer's reply. "No responders" means no server took the ack (the
+// consumer has no leader: a failover), so it is sent again, 50 ms doubling
+// up to 500 ms apart, while the receipt is live.
+func (q *jsQueue) requestAck(ctx context.Context, s string, r receipt) error {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		_, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK"))
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		if ctx.Err() != nil || !q.live(s, r) {
+			// Certain: nothing took an ack, the message is delivered again.
+			return fmt.Errorf("%w: no server took the ack of message %d before the lease ended (%v)", driver.ErrStaleReceipt, r.seq, err)
+		}
+	}
 }
 
 // ackSettle bounds waitGone.
@@ -839,7 +896,10 @@ func (q *jsQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.Ack
 			out[i] = driver.AckStale
 			return nil
 		}
-		if err := q.ackLive(ctx, receipts[i], rs[i]); err != nil {
+		if err := q.ackLive(ctx, receipts[i], rs[i]); errors.Is(err, driver.ErrStaleReceipt) {
+			out[i] = driver.AckStale // no server took it (requestAck)
+			return nil
+		} else if err != nil {
 			return err
 		}
 		out[i], acked[i] = driver.AckCurrent, true
