@@ -1,6 +1,8 @@
 package jsengine_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +52,32 @@ func TestQueueAckWaitKept(t *testing.T) {
 	again := recvOne(t, first)
 	if again.ID != n.ID || again.Attempt != 2 {
 		t.Fatalf("after the 400 ms lease: id %d attempt %d; want id %d attempt 2", again.ID, again.Attempt, n.ID)
+	}
+}
+
+// TestAckAfterTheStreamIsDeleted: an Ack whose +ACK has no responder
+// because the queue's stream was deleted (by an operator) fails at once
+// saying so, instead of sending the ack again until the 30 s lease ends
+// (as it does while a consumer elects a leader).
+func TestAckAfterTheStreamIsDeleted(t *testing.T) {
+	t.Parallel()
+	loc := freshName("ackgone")
+	q := openQueue(t, loc)
+	if err := q.Send(bg, queue.Text("m")); err != nil {
+		t.Fatal(err)
+	}
+	m := recvOne(t, q)
+	js, err := jetstream.New(connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(bg, "LCQ_"+loc); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	err = q.Ack(ctx, m.ReceiptHandle)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "consumer is gone") {
+		t.Fatalf("ack after the stream was deleted: %v (caller's deadline passed: %v); want an error saying the consumer is gone, before the deadline", err, ctx.Err() != nil)
 	}
 }

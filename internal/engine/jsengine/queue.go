@@ -713,12 +713,20 @@ func (q *jsQueue) ackLive(ctx context.Context, s string, r receipt) error {
 // requestAck sends the +ACK of receipt s (parsed: r) and waits for the
 // consumer's reply. "No responders" means no server took the ack (the
 // consumer has no leader: a failover), so it is sent again, 50 ms doubling
-// up to 500 ms apart, while the receipt is live.
+// up to 500 ms apart, while the receipt is live; unless the server says
+// the consumer is gone (the stream or consumer was deleted), which ends it
+// at once.
 func (q *jsQueue) requestAck(ctx context.Context, s string, r receipt) error {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		_, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK"))
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return err
+		}
+		ictx, cancel := context.WithTimeout(ctx, readTry)
+		_, ierr := q.cons.Info(ictx)
+		cancel()
+		if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("no server took the ack of message %d: the queue's consumer is gone: %w", r.seq, ierr)
 		}
 		select {
 		case <-ctx.Done():
