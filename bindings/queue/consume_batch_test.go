@@ -143,7 +143,10 @@ func TestConsumeClaimsAndAcksTogether(t *testing.T) {
 	}
 	// Tolerate one claim in four being cut short by a descheduled worker on
 	// a loaded machine; claiming at the first finisher does it nearly always.
-	if partial > len(counts.claims)/4 {
+	// Not under -race: it slows every goroutine switch several times, and
+	// CI's -race pass (packages in parallel on 2 cores) cut 8 of 15 short
+	// once; the normal run keeps the check.
+	if partial > len(counts.claims)/4 && !raceEnabled() {
 		t.Errorf("claims %v: %d of them took fewer than %d messages", counts.claims, partial, workers)
 	}
 }

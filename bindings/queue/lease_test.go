@@ -203,7 +203,11 @@ func TestConsumeExtendsLeaseInline(t *testing.T) {
 // extended, until the slow handler returns; then all are handled.
 func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	// The keeper extends every lease/3 to a full lease, so a stall of more
+	// than 2/3 of the lease lets a waiting message's lease lapse. 150 ms
+	// (a 100 ms stall) lapsed once in CI's -race pass on a loaded 2-core
+	// machine; 600 ms checks the same.
+	const lease = 600 * time.Millisecond
 	dir := t.TempDir()
 	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll))
 	other := hwOpen(t, dir)
