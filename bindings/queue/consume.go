@@ -242,6 +242,9 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan finished, o.workers+MaxReceiveBatch),
 		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
+	if ap, ok := q.drv.(driver.AckPipeliner); ok && ap.PipelineAcks() {
+		c.pipe = c.startAcker()
+	}
 	c.wg.Add(o.workers)
 	for range o.workers {
 		go c.work()
@@ -254,6 +257,9 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		c.collect(<-c.done)
 	}
 	c.flushAcks()
+	if c.pipe != nil {
+		c.pipe.close() // every ack written
+	}
 	return err
 }
 
@@ -269,6 +275,7 @@ type consumer struct {
 	jobs    chan Message    // claimed messages, one per idle worker (and the rest of an inline batch)
 	done    chan finished   // a worker finished a message; one slot per worker
 	acks    []Message       // handled messages not acked yet (dispatcher's)
+	pipe    *acker          // writes the acks beside the claims (driver.AckPipeliner); nil: the dispatcher does
 	wg      sync.WaitGroup  // workers
 	// want is how many idle workers a claim after a full one waits for
 	// (at most gatherFor): the number that recently became idle together.
@@ -398,7 +405,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
-		if clean && look && len(c.acks) < inlineAckClaims*c.o.batch {
+		if clean && look && c.pipe == nil && len(c.acks) < inlineAckClaims*c.o.batch {
 			// A full batch of short handlers ran here and the next claim
 			// follows at once: its batch carries these acks, so one ack
 			// transaction covers up to inlineAckClaims claims (handOff
@@ -563,12 +570,18 @@ func (c *consumer) note(d time.Duration) {
 	}
 }
 
-// flushAcks acks the collected messages in one transaction.
+// flushAcks acks the collected messages in one transaction, or hands
+// them to the acker (c.pipe), which writes them while the dispatcher goes
+// on.
 func (c *consumer) flushAcks() {
 	if len(c.acks) == 0 {
 		return
 	}
-	c.ackBatch(c.acks)
+	if c.pipe != nil {
+		c.pipe.add(c.acks)
+	} else {
+		c.ackBatch(c.acks)
+	}
 	clear(c.acks) // drop the payloads
 	c.acks = c.acks[:0]
 }
