@@ -1,6 +1,9 @@
 package queue
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // acker writes a Consume's acks on a goroutine of its own, for an engine
 // whose acks batch well (driver.AckPipeliner): the dispatcher hands it what
@@ -13,7 +16,8 @@ import "sync"
 // A finished message waits for its ack at most while one AckBatch runs
 // plus its own: add blocks while a full batch is already waiting, so the
 // dispatcher claims no faster than the acks are written. Consume returns
-// only after close, which writes everything added.
+// only after close, which writes everything added (the last of it beside
+// the AckBatch in flight).
 type acker struct {
 	c       *consumer
 	mu      sync.Mutex
@@ -67,11 +71,27 @@ func (a *acker) run() {
 	}
 }
 
-// close writes what was added and stops the goroutine.
+// close writes what was added and stops the goroutine. What is still
+// waiting (up to MaxAckBatch) is written here, beside the AckBatch in
+// flight, so Consume's return does not wait for two batches one after the
+// other (measured with BenchmarkVsBare's drain, 9 alternated pairs: R3
+// 1.14 -> 1.23 of the bare loop in the medians, higher in 7 pairs; R1
+// even). Two AckBatches at once are fine: their messages differ, as when
+// handOff writes acks beside the dispatcher's.
 func (a *acker) close() {
 	a.mu.Lock()
 	a.closed = true
+	var rest []Message
+	if n := min(len(a.pending), MaxAckBatch); n > 0 {
+		rest = slices.Clone(a.pending[:n])
+		k := copy(a.pending, a.pending[n:])
+		clear(a.pending[k:])
+		a.pending = a.pending[:k]
+	}
 	a.mu.Unlock()
 	a.cond.Broadcast()
+	if len(rest) > 0 {
+		a.c.ackBatch(rest)
+	}
 	<-a.done
 }

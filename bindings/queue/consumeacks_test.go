@@ -59,7 +59,7 @@ func (q *pipeQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.A
 	if q.p.first.CompareAndSwap(false, true) {
 		select {
 		case <-q.p.gate:
-		case <-time.After(hwTimeout):
+		case <-time.After(2 * hwTimeout): // after the tests' own waits
 		}
 	}
 	out, err := q.Queue.AckBatch(ctx, receipts)
@@ -126,5 +126,65 @@ func TestConsumePipelinedAcks(t *testing.T) {
 	}
 	if st, err := q.Stats(context.Background()); err != nil || st.Total != 0 {
 		t.Errorf("after Consume: %+v, %v; want an empty queue", st, err)
+	}
+}
+
+// TestConsumeStopAcksBesideInFlight: when Consume stops while an AckBatch
+// is in flight, the acks still waiting are written beside it, not after it.
+// The first AckBatch is held until a second one has started (the test
+// fails after hwTimeout if that waits for the first), then released.
+func TestConsumeStopAcksBesideInFlight(t *testing.T) {
+	t.Parallel()
+	const n, workers = 40, 4
+	p := &pipeState{gate: make(chan struct{})}
+	q, err := queue.OpenEngine(context.Background(), pipeEngine{p: p}, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ps := make([]queue.Payload, n)
+	for i := range ps {
+		ps[i] = queue.Text("m")
+	}
+	if err := q.SendBatch(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	all := make(chan struct{})
+	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
+		if handled.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}, queue.ConsumeWorkers(workers))
+	select {
+	case <-all:
+	case <-time.After(hwTimeout):
+		t.Fatalf("handled %d of %d messages while the first AckBatch was held", handled.Load(), n)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	deadline := time.Now().Add(hwTimeout)
+	for {
+		p.mu.Lock()
+		calls := len(p.ackSizes)
+		p.mu.Unlock()
+		if calls >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("Consume stopping: no AckBatch beside the held one after %s (%d calls)", hwTimeout, calls)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(p.gate)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.acked != n {
+		t.Fatalf("Consume returned with %d of %d receipts acked (AckBatch sizes %v)", p.acked, n, p.ackSizes)
 	}
 }
