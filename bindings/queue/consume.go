@@ -220,11 +220,10 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // engine whose acks batch well (driver.AckPipeliner: JetStream, where an
 // AckBatch is round trips to the server and one stream read for the batch,
 // and a claim beside it takes no lock it holds) they are handed instead, at
-// those same points but without the four-claim wait, to ack goroutines
-// (as many as the engine asks for: on JetStream two for a single replica,
-// one for a replicated stream) that write AckBatches while the claims go
-// on, each of everything finished and not yet taken (up to MaxAckBatch);
-// the claiming goroutine waits only while a full batch is already waiting.
+// those same points but without the four-claim wait, to an ack goroutine
+// that writes one AckBatch at a time while the claims go on, each of
+// everything finished while the one before it ran (up to MaxAckBatch); the
+// claiming goroutine waits only while a full batch is already waiting.
 // Consume returns after the last of them was written either way.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
@@ -251,8 +250,8 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan finished, o.workers+MaxReceiveBatch),
 		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
-	if ap, ok := q.drv.(driver.AckPipeliner); ok && ap.PipelineAcks() > 0 {
-		c.pipe = c.startAcker(min(ap.PipelineAcks(), MaxWorkers))
+	if ap, ok := q.drv.(driver.AckPipeliner); ok && ap.PipelineAcks() {
+		c.pipe = c.startAcker()
 	}
 	c.wg.Add(o.workers)
 	for range o.workers {

@@ -5,37 +5,33 @@ import (
 	"sync"
 )
 
-// acker writes a Consume's acks on goroutines of its own, for an engine
+// acker writes a Consume's acks on a goroutine of its own, for an engine
 // whose acks batch well (driver.AckPipeliner): the dispatcher hands it what
 // finished (add) and claims on at once, instead of waiting for the
-// AckBatch. At most n AckBatches are in flight at a time (the engine's
-// PipelineAcks); each takes everything finished and not taken yet, up to
-// MaxAckBatch, so the batches grow when acks are the slower half and each
-// costs the engine's per-batch work (a stream read on JetStream) once for
-// more messages.
+// AckBatch. One AckBatch is in flight at a time; it takes everything that
+// finished while the one before it ran, up to MaxAckBatch, so the batches
+// grow when acks are the slower half and each costs the engine's per-batch
+// work (a stream read on JetStream) once for more messages.
 //
-// A finished message waits for its ack at most while the AckBatches in
-// flight run plus its own: add blocks while a full batch is already
-// waiting, so the dispatcher claims no faster than the acks are written.
-// Consume returns only after close, which writes everything added (the
-// last of it beside the AckBatches in flight).
+// A finished message waits for its ack at most while one AckBatch runs
+// plus its own: add blocks while a full batch is already waiting, so the
+// dispatcher claims no faster than the acks are written. Consume returns
+// only after close, which writes everything added (the last of it beside
+// the AckBatch in flight).
 type acker struct {
 	c       *consumer
-	n       int // goroutines: AckBatches in flight at most
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled by add, by a batch taken and by close
 	pending []Message  // added, not taken yet
 	closed  bool
-	done    chan struct{} // one value per goroutine that returned
+	done    chan struct{} // closed when run returns
 }
 
-// startAcker starts the n ack goroutines of c.
-func (c *consumer) startAcker(n int) *acker {
-	a := &acker{c: c, n: n, done: make(chan struct{}, n), pending: make([]Message, 0, 2*MaxAckBatch)}
+// startAcker starts the ack goroutine of c.
+func (c *consumer) startAcker() *acker {
+	a := &acker{c: c, done: make(chan struct{}), pending: make([]Message, 0, 2*MaxAckBatch)}
 	a.cond = sync.NewCond(&a.mu)
-	for range n {
-		go a.run()
-	}
+	go a.run()
 	return a
 }
 
@@ -52,7 +48,7 @@ func (a *acker) add(msgs []Message) {
 
 // run writes the added acks, one AckBatch at a time, until close.
 func (a *acker) run() {
-	defer func() { a.done <- struct{}{} }()
+	defer close(a.done)
 	batch := make([]Message, 0, MaxAckBatch)
 	for {
 		a.mu.Lock()
@@ -75,12 +71,12 @@ func (a *acker) run() {
 	}
 }
 
-// close writes what was added and stops the goroutines. What is still
-// waiting (up to MaxAckBatch) is written here, beside the AckBatches in
+// close writes what was added and stops the goroutine. What is still
+// waiting (up to MaxAckBatch) is written here, beside the AckBatch in
 // flight, so Consume's return does not wait for two batches one after the
 // other (measured with BenchmarkVsBare's drain, 9 alternated pairs: R3
 // 1.14 -> 1.23 of the bare loop in the medians, higher in 7 pairs; R1
-// even). AckBatches at once are fine: their messages differ, as when
+// even). Two AckBatches at once are fine: their messages differ, as when
 // handOff writes acks beside the dispatcher's.
 func (a *acker) close() {
 	a.mu.Lock()
@@ -97,7 +93,5 @@ func (a *acker) close() {
 	if len(rest) > 0 {
 		a.c.ackBatch(rest)
 	}
-	for range a.n {
-		<-a.done
-	}
+	<-a.done
 }

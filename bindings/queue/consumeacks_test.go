@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,8 +23,6 @@ type pipeState struct {
 	ackSizes          []int // receipts per AckBatch, in call order
 	acked             int   // receipts whose AckBatch returned
 	inAck             atomic.Int32
-	maxInAck          atomic.Int32 // most AckBatches in flight at once
-	inflight          int          // PipelineAcks; 0 means 1
 	claimsWhileAcking atomic.Int32
 	gate              chan struct{} // the first AckBatch waits for it
 	first             atomic.Bool
@@ -44,7 +41,7 @@ type pipeQueue struct {
 	p *pipeState
 }
 
-func (q *pipeQueue) PipelineAcks() int { return max(q.p.inflight, 1) }
+func (q *pipeQueue) PipelineAcks() bool { return true }
 
 func (q *pipeQueue) Receive(ctx context.Context, max int, lease time.Duration) ([]driver.Message, error) {
 	if q.p.inAck.Load() > 0 {
@@ -54,10 +51,8 @@ func (q *pipeQueue) Receive(ctx context.Context, max int, lease time.Duration) (
 }
 
 func (q *pipeQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
-	in := q.p.inAck.Add(1)
+	q.p.inAck.Add(1)
 	defer q.p.inAck.Add(-1)
-	for m := q.p.maxInAck.Load(); in > m && !q.p.maxInAck.CompareAndSwap(m, in); m = q.p.maxInAck.Load() {
-	}
 	q.p.mu.Lock()
 	q.p.ackSizes = append(q.p.ackSizes, len(receipts))
 	q.p.mu.Unlock()
@@ -191,54 +186,5 @@ func TestConsumeStopAcksBesideInFlight(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.acked != n {
 		t.Fatalf("Consume returned with %d of %d receipts acked (AckBatch sizes %v)", p.acked, n, p.ackSizes)
-	}
-}
-
-// TestConsumeAckBatchesInFlight: with PipelineAcks 2, a second AckBatch
-// runs while the first is held (the drain is acked on meanwhile), never
-// more than two at once, and Consume returns with every ack written.
-func TestConsumeAckBatchesInFlight(t *testing.T) {
-	t.Parallel()
-	const n, workers = 60, 4
-	p := &pipeState{gate: make(chan struct{}), inflight: 2}
-	q, err := queue.OpenEngine(context.Background(), pipeEngine{p: p}, t.TempDir(), queue.WithPollInterval(hwNoPoll))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
-	ps := make([]queue.Payload, n)
-	for i := range ps {
-		ps[i] = queue.Text("m")
-	}
-	if err := q.SendBatch(context.Background(), ps); err != nil {
-		t.Fatal(err)
-	}
-	stop := hwConsume(t, q, func(context.Context, queue.Message) error { return nil }, queue.ConsumeWorkers(workers))
-	// Everything but the held first batch gets acked.
-	deadline := time.Now().Add(hwTimeout)
-	for {
-		p.mu.Lock()
-		acked, sizes := p.acked, slices.Clone(p.ackSizes)
-		p.mu.Unlock()
-		if len(sizes) > 0 && acked == n-sizes[0] {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("with the first AckBatch (of %v) held: %d of %d acked after %s", sizes, acked, n, hwTimeout)
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(p.gate)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.acked != n {
-		t.Fatalf("Consume returned with %d of %d receipts acked (AckBatch sizes %v)", p.acked, n, p.ackSizes)
-	}
-	if m := p.maxInAck.Load(); m > 2 {
-		t.Errorf("%d AckBatches in flight at once; want at most 2", m)
 	}
 }

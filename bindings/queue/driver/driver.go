@@ -254,17 +254,14 @@ type WaitReceiver interface {
 // to a server that costs mostly per batch (JetStream: one stream read for
 // all of it, its acks in flight together) and that does not hold up a
 // Receive of the same handle running beside it (no write lock to share).
-// When PipelineAcks reports n > 0, Consume writes its acks on n goroutines
-// of their own, at most n AckBatches at a time, while it claims and runs
-// the next messages; an AckBatch takes everything finished and not yet
-// taken (up to queue.MaxAckBatch), so with the acks the slower half the
-// batches grow: its acks batch well. The SQLite engine has not got it: its
-// claim and its ack take the same write lock.
+// When PipelineAcks reports true, Consume writes its acks on a goroutine
+// of their own, one AckBatch at a time, while it claims and runs the next
+// messages, and each AckBatch takes everything finished while the one
+// before it ran (up to queue.MaxAckBatch): its acks batch well. The SQLite
+// engine has not got it: its claim and its ack take the same write lock.
 type AckPipeliner interface {
-	// PipelineAcks is how many AckBatches Consume may have in flight at
-	// once beside its claims; 0 (or less): none, Consume acks between its
-	// claims as without the interface.
-	PipelineAcks() int
+	// PipelineAcks reports whether Consume should pipeline the acks.
+	PipelineAcks() bool
 }
 
 // Stats are a queue's counts at one moment.

@@ -195,17 +195,5 @@ var _ driver.AckPipeliner = (*jsQueue)(nil)
 // for the batch plus one ack round trip a message, in flight together,
 // and a Receive beside it takes no lock it holds, so Consume writes acks
 // while it claims (measured: BenchmarkVsBare's drain spent its time in
-// claims and AckBatches one after the other, about 1/3 and 2/3). Two
-// AckBatches in flight on a single replica: there the acks are the slower
-// half, and the second one's stream read (about 0.5 ms, as long as a
-// claim) runs beside the first one's acks (6 alternated pairs: the drain
-// 0.86 -> 0.95 of the bare loop in the medians, higher in 5); one on a
-// replicated stream, whose AckBatch reads the stream until its messages
-// are gone: two of those at once read it twice as often (the same pairs:
-// 1.29 -> 1.07, lower in 5).
-func (q *jsQueue) PipelineAcks() int {
-	if q.replicated {
-		return 1
-	}
-	return 2
-}
+// claims and AckBatches one after the other, about 1/3 and 2/3).
+func (q *jsQueue) PipelineAcks() bool { return true }
