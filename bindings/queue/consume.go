@@ -216,7 +216,15 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // Acks of handled messages are written by the goroutine that claims, in one
 // transaction for everything finished since the previous claim, right after
 // the next claim (while its handlers run) or before it waits for a wake-up;
-// behind batches it ran itself back to back, once per four claims.
+// behind batches it ran itself back to back, once per four claims. On an
+// engine whose acks batch well (driver.AckPipeliner: JetStream, where an
+// AckBatch is round trips to the server and one stream read for the batch,
+// and a claim beside it takes no lock it holds) they are handed instead, at
+// those same points but without the four-claim wait, to an ack goroutine
+// that writes one AckBatch at a time while the claims go on, each of
+// everything finished while the one before it ran (up to MaxAckBatch); the
+// claiming goroutine waits only while a full batch is already waiting.
+// Consume returns after the last of them was written either way.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -242,6 +250,9 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 	c := &consumer{q: q, o: o, handler: handler, hctx: context.WithoutCancel(ctx),
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan finished, o.workers+MaxReceiveBatch),
 		acks: make([]Message, 0, min(o.workers, MaxAckBatch))}
+	if ap, ok := q.drv.(driver.AckPipeliner); ok && ap.PipelineAcks() {
+		c.pipe = c.startAcker()
+	}
 	c.wg.Add(o.workers)
 	for range o.workers {
 		go c.work()
@@ -254,6 +265,9 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		c.collect(<-c.done)
 	}
 	c.flushAcks()
+	if c.pipe != nil {
+		c.pipe.close() // every ack written
+	}
 	return err
 }
 
@@ -261,6 +275,9 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 // of its claims and acks; workers only run handlers (and nack failures), so
 // claims and acks do not compete for the store's write lock and each claim
 // goes with at most one ack transaction for everything finished before it.
+// On an engine whose acks batch well (driver.AckPipeliner) the dispatcher
+// hands its acks to an acker goroutine instead (pipe, consumeacks.go), so
+// the next claim does not wait for the previous AckBatch.
 type consumer struct {
 	q       *Queue
 	o       consumeOptions
@@ -269,6 +286,7 @@ type consumer struct {
 	jobs    chan Message    // claimed messages, one per idle worker (and the rest of an inline batch)
 	done    chan finished   // a worker finished a message; one slot per worker
 	acks    []Message       // handled messages not acked yet (dispatcher's)
+	pipe    *acker          // writes the acks beside the claims (driver.AckPipeliner); nil: the dispatcher does
 	wg      sync.WaitGroup  // workers
 	// want is how many idle workers a claim after a full one waits for
 	// (at most gatherFor): the number that recently became idle together.
@@ -398,11 +416,13 @@ func (c *consumer) dispatch(ctx context.Context) error {
 		}
 		// Acks of what finished before this point, written while the
 		// workers handle the batch just claimed.
-		if clean && look && len(c.acks) < inlineAckClaims*c.o.batch {
+		if clean && look && c.pipe == nil && len(c.acks) < inlineAckClaims*c.o.batch {
 			// A full batch of short handlers ran here and the next claim
 			// follows at once: its batch carries these acks, so one ack
 			// transaction covers up to inlineAckClaims claims (handOff
-			// writes them if a handler there turns slow).
+			// writes them if a handler there turns slow). With an acker
+			// (pipe) they go to it now: it batches what arrives while its
+			// AckBatch runs, and holding them here would only delay them.
 			continue
 		}
 		c.flushAcks()
@@ -563,12 +583,18 @@ func (c *consumer) note(d time.Duration) {
 	}
 }
 
-// flushAcks acks the collected messages in one transaction.
+// flushAcks acks the collected messages in one transaction, or hands
+// them to the acker (c.pipe), which writes them while the dispatcher goes
+// on.
 func (c *consumer) flushAcks() {
 	if len(c.acks) == 0 {
 		return
 	}
-	c.ackBatch(c.acks)
+	if c.pipe != nil {
+		c.pipe.add(c.acks)
+	} else {
+		c.ackBatch(c.acks)
+	}
 	clear(c.acks) // drop the payloads
 	c.acks = c.acks[:0]
 }
