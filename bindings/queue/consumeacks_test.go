@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,9 +93,20 @@ func TestConsumePipelinedAcks(t *testing.T) {
 	if err := q.SendBatch(context.Background(), ps); err != nil {
 		t.Fatal(err)
 	}
-	var handled atomic.Int64
+	var handled, started atomic.Int64
 	all := make(chan struct{})
 	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
+		started.Add(1)
+		// Let the ack goroutine run: the dispatcher's hand-over readied
+		// it, and on a loaded machine it otherwise may not run before
+		// every message was claimed (seen in CI: AckBatch sizes [58 2],
+		// no claim while one was in flight). Yields, not a sleep: the
+		// handlers stay short (well under slowHandler), on the inline
+		// path; past the first claim's worth they yield until the first
+		// AckBatch has begun, at most 100 times.
+		for i := 0; i < 1 || started.Add(0) > queue.MaxReceiveBatch && i < 100 && !p.first.Load(); i++ {
+			runtime.Gosched()
+		}
 		if handled.Add(1) == n {
 			close(all)
 		}
@@ -149,9 +161,20 @@ func TestConsumeStopAcksBesideInFlight(t *testing.T) {
 	if err := q.SendBatch(context.Background(), ps); err != nil {
 		t.Fatal(err)
 	}
-	var handled atomic.Int64
+	var handled, started atomic.Int64
 	all := make(chan struct{})
 	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
+		started.Add(1)
+		// Let the ack goroutine run: the dispatcher's hand-over readied
+		// it, and on a loaded machine it otherwise may not run before
+		// every message was claimed (seen in CI: AckBatch sizes [58 2],
+		// no claim while one was in flight). Yields, not a sleep: the
+		// handlers stay short (well under slowHandler), on the inline
+		// path; past the first claim's worth they yield until the first
+		// AckBatch has begun, at most 100 times.
+		for i := 0; i < 1 || started.Add(0) > queue.MaxReceiveBatch && i < 100 && !p.first.Load(); i++ {
+			runtime.Gosched()
+		}
 		if handled.Add(1) == n {
 			close(all)
 		}
