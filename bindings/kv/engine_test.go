@@ -2,6 +2,8 @@ package kv_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/localcloud/localcloud/bindings/kv"
@@ -17,13 +19,19 @@ func (e recordingEngine) Open(ctx context.Context, cfg driver.Config) (driver.St
 	return sqlitekv.Engine{}.Open(ctx, cfg)
 }
 
+// registerRuns numbers the runs of TestFromEnvPicksARegisteredEngine.
+var registerRuns atomic.Int64
+
 // TestFromEnvPicksARegisteredEngine: a binding whose JSON names another
 // service opens through the engine registered for it, with its JSON, and
 // the public checks still apply.
 func TestFromEnvPicksARegisteredEngine(t *testing.T) {
 	var got driver.Config
-	kv.Register("test-kv-engine", recordingEngine{&got})
-	raw := `{"service":"test-kv-engine","bucket":"carts"}`
+	// A service name of its own per run: Register panics on a second
+	// registration (go test -count=2).
+	svc := fmt.Sprintf("test-kv-engine-%d", registerRuns.Add(1))
+	kv.Register(svc, recordingEngine{&got})
+	raw := `{"service":"` + svc + `","bucket":"carts"}`
 	t.Setenv(kv.EnvName("reg"), raw)
 	s, err := kv.FromEnv(context.Background(), "reg")
 	if err != nil {

@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -21,12 +23,18 @@ func (e recordingEngine) Open(ctx context.Context, cfg driver.Config) (driver.Qu
 	return sqlitequeue.Engine{}.Open(ctx, cfg)
 }
 
+// registerRuns numbers the runs of TestFromEnvPicksARegisteredEngine.
+var registerRuns atomic.Int64
+
 // TestFromEnvPicksARegisteredEngine: a binding whose JSON names another
 // service opens through the engine registered for it, with its JSON.
 func TestFromEnvPicksARegisteredEngine(t *testing.T) {
 	var got driver.Config
-	queue.Register("test-queue-engine", recordingEngine{&got})
-	raw := `{"service":"test-queue-engine","stream":"orders"}`
+	// A service name of its own per run: Register panics on a second
+	// registration (go test -count=2).
+	svc := fmt.Sprintf("test-queue-engine-%d", registerRuns.Add(1))
+	queue.Register(svc, recordingEngine{&got})
+	raw := `{"service":"` + svc + `","stream":"orders"}`
 	t.Setenv(queue.EnvName("reg"), raw)
 	q, err := queue.FromEnv(context.Background(), "reg")
 	if err != nil {
