@@ -40,7 +40,7 @@ func TestOddRowsCLI(t *testing.T) {
 	_, kfile := s.storeFile("kv", "carts")
 	qdb := rawDB(t, qfile)
 	now := time.Now()
-	py := func(back time.Duration) float64 { return float64(now.Add(-back).UnixNano())/1e6 + 0.25 }
+	py := func(back time.Duration) float64 { return float64(now.Add(-back).UnixMilli()) + 0.25 } // always a fraction
 	for _, r := range [][]any{
 		{"json", `{"n":1}`, py(4 * time.Second), py(4 * time.Second)},
 		{"json", `{not json`, now.UnixMilli() - 3000, now.UnixMilli() - 3000},

@@ -34,8 +34,8 @@ func TestOddRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	past := float64(time.Now().Add(-time.Minute).UnixNano())/1e6 + 0.5
-	future := float64(time.Now().Add(time.Hour).UnixNano())/1e6 + 0.5
+	past := float64(time.Now().Add(-time.Minute).UnixMilli()) + 0.5 // always a fraction (see queue oddrows_test.go pyNow)
+	future := float64(time.Now().Add(time.Hour).UnixMilli()) + 0.5
 	for _, r := range []struct {
 		key        string
 		value, exp any
