@@ -80,42 +80,9 @@ func (q *pipeQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.A
 func TestConsumePipelinedAcks(t *testing.T) {
 	t.Parallel()
 	const n, workers = 60, 4
-	p := &pipeState{gate: make(chan struct{})}
-	q, err := queue.OpenEngine(context.Background(), pipeEngine{p: p}, t.TempDir(), queue.WithPollInterval(hwNoPoll))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
-	ps := make([]queue.Payload, n)
-	for i := range ps {
-		ps[i] = queue.Text("m")
-	}
-	if err := q.SendBatch(context.Background(), ps); err != nil {
-		t.Fatal(err)
-	}
-	var handled, started atomic.Int64
-	all := make(chan struct{})
-	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
-		started.Add(1)
-		// Let the ack goroutine run: the dispatcher's hand-over readied
-		// it, and on a loaded machine it otherwise may not run before
-		// every message was claimed (seen in CI: AckBatch sizes [58 2],
-		// no claim while one was in flight). Yields, not a sleep: the
-		// handlers stay short (well under slowHandler), on the inline
-		// path; past the first claim's worth they yield until the first
-		// AckBatch has begun, at most 100 times.
-		for i := 0; i < 1 || started.Add(0) > queue.MaxReceiveBatch && i < 100 && !p.first.Load(); i++ {
-			runtime.Gosched()
-		}
-		if handled.Add(1) == n {
-			close(all)
-		}
-		return nil
-	}, queue.ConsumeWorkers(workers))
-	select {
-	case <-all:
-	case <-time.After(hwTimeout):
-		t.Errorf("handled %d of %d messages while the first AckBatch was held", handled.Load(), n)
+	p, q, stop, handled := consumePiped(t, n, workers)
+	if all, k := handled(); !all {
+		t.Errorf("handled %d of %d messages while the first AckBatch was held", k, n)
 	}
 	close(p.gate)
 	if err := stop(); err != nil {
@@ -148,42 +115,9 @@ func TestConsumePipelinedAcks(t *testing.T) {
 func TestConsumeStopAcksBesideInFlight(t *testing.T) {
 	t.Parallel()
 	const n, workers = 40, 4
-	p := &pipeState{gate: make(chan struct{})}
-	q, err := queue.OpenEngine(context.Background(), pipeEngine{p: p}, t.TempDir(), queue.WithPollInterval(hwNoPoll))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Close() })
-	ps := make([]queue.Payload, n)
-	for i := range ps {
-		ps[i] = queue.Text("m")
-	}
-	if err := q.SendBatch(context.Background(), ps); err != nil {
-		t.Fatal(err)
-	}
-	var handled, started atomic.Int64
-	all := make(chan struct{})
-	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
-		started.Add(1)
-		// Let the ack goroutine run: the dispatcher's hand-over readied
-		// it, and on a loaded machine it otherwise may not run before
-		// every message was claimed (seen in CI: AckBatch sizes [58 2],
-		// no claim while one was in flight). Yields, not a sleep: the
-		// handlers stay short (well under slowHandler), on the inline
-		// path; past the first claim's worth they yield until the first
-		// AckBatch has begun, at most 100 times.
-		for i := 0; i < 1 || started.Add(0) > queue.MaxReceiveBatch && i < 100 && !p.first.Load(); i++ {
-			runtime.Gosched()
-		}
-		if handled.Add(1) == n {
-			close(all)
-		}
-		return nil
-	}, queue.ConsumeWorkers(workers))
-	select {
-	case <-all:
-	case <-time.After(hwTimeout):
-		t.Fatalf("handled %d of %d messages while the first AckBatch was held", handled.Load(), n)
+	p, _, stop, handled := consumePiped(t, n, workers)
+	if all, k := handled(); !all {
+		t.Fatalf("handled %d of %d messages while the first AckBatch was held", k, n)
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
@@ -209,5 +143,56 @@ func TestConsumeStopAcksBesideInFlight(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.acked != n {
 		t.Fatalf("Consume returned with %d of %d receipts acked (AckBatch sizes %v)", p.acked, n, p.ackSizes)
+	}
+}
+
+// consumePiped fills a queue on a pipeEngine with n messages and starts
+// Consume on it with workers; handled waits up to hwTimeout for all n to be
+// handled and says whether they were, and how many were.
+func consumePiped(t *testing.T, n, workers int) (*pipeState, *queue.Queue, func() error, func() (bool, int64)) {
+	t.Helper()
+	p := &pipeState{gate: make(chan struct{})}
+	q, err := queue.OpenEngine(context.Background(), pipeEngine{p: p}, t.TempDir(), queue.WithPollInterval(hwNoPoll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	ps := make([]queue.Payload, n)
+	for i := range ps {
+		ps[i] = queue.Text("m")
+	}
+	if err := q.SendBatch(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	var handled, started atomic.Int64
+	all := make(chan struct{})
+	stop := hwConsume(t, q, func(context.Context, queue.Message) error {
+		started.Add(1)
+		// Let the ack goroutine run: the dispatcher's hand-over readied
+		// it, and on a loaded machine it otherwise may not run before
+		// every message was claimed (seen in CI: AckBatch sizes [58 2],
+		// no claim while one was in flight). Yields, not a sleep: the
+		// handlers stay short (well under slowHandler's 1 ms, past which
+		// Consume writes acks beside the dispatcher), on the inline path;
+		// past the first claim's worth they yield until the first
+		// AckBatch has begun, for at most 200 µs.
+		for begin := time.Now(); ; {
+			runtime.Gosched()
+			if started.Add(0) <= queue.MaxReceiveBatch || p.first.Load() || time.Since(begin) > 200*time.Microsecond {
+				break
+			}
+		}
+		if handled.Add(1) == int64(n) {
+			close(all)
+		}
+		return nil
+	}, queue.ConsumeWorkers(workers))
+	return p, q, stop, func() (bool, int64) {
+		select {
+		case <-all:
+			return true, handled.Load()
+		case <-time.After(hwTimeout):
+			return false, handled.Load()
+		}
 	}
 }
