@@ -2,6 +2,7 @@ package jsengine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -202,6 +203,15 @@ func TestAckWhileConsumerElects(t *testing.T) {
 	c.stop(third)
 	back := time.AfterFunc(time.Second, func() { c.start(third) })
 	defer back.Stop()
+	// A caller's deadline that ends first: nothing took the ack, and the
+	// receipt is not stale (it acks below).
+	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = q.Ack(sctx, msgs[0].ReceiptHandle)
+	scancel()
+	t.Logf("ack with a 100 ms deadline: %v", err)
+	if err == nil || errors.Is(err, queue.ErrStaleReceipt) {
+		t.Fatalf("ack with a 100 ms deadline while the consumer has no leader: %v; want an error that is not a stale receipt", err)
+	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	began := time.Now()

@@ -732,9 +732,14 @@ func (q *jsQueue) requestAck(ctx context.Context, s string, r receipt) error {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
-		if ctx.Err() != nil || !q.live(s, r) {
+		if !q.live(s, r) {
 			// Certain: nothing took an ack, the message is delivered again.
 			return fmt.Errorf("%w: no server took the ack of message %d before the lease ended (%v)", driver.ErrStaleReceipt, r.seq, err)
+		}
+		if ctx.Err() != nil {
+			// The caller's deadline, not the lease: nothing took the ack
+			// and the receipt is still good for another.
+			return fmt.Errorf("no server took the ack of message %d (%v): %w", r.seq, err, ctx.Err())
 		}
 	}
 }
