@@ -983,10 +983,12 @@ func (q *jsQueue) Nack(ctx context.Context, s string, delay time.Duration) error
 		}
 		return driver.ErrStaleReceipt
 	}
-	if err := q.nc.Publish(r.reply, nakDelay(delay)); err != nil {
-		return fmt.Errorf("nack message %d: %w", r.seq, err)
-	}
-	if err := q.flush(ctx); err != nil {
+	// A request, not a publish and flush: the consumer takes acks and naks
+	// from a queue of its own, so a pull sent right after a flushed Nak
+	// could be served before it and hand out later messages first (seen
+	// once in CI: Order/RedeliveryKeepsPlace received [m2,m3,m1]). The
+	// consumer replies once it has applied the Nak.
+	if _, err := q.nc.RequestWithContext(ctx, r.reply, nakDelay(delay)); err != nil {
 		return fmt.Errorf("nack message %d: %w", r.seq, err)
 	}
 	q.mu.Lock()
