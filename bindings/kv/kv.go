@@ -102,6 +102,30 @@ func OpenEngine(ctx context.Context, e driver.Engine, location string, opts ...O
 	return openEngine(ctx, e, driver.Config{Location: location}, opts)
 }
 
+// EngineConfig returns the driver.Config that OpenEngine hands an engine
+// for location with opts, every option checked as OpenEngine checks it.
+// With New it splits OpenEngine in two, as sql.OpenDB wraps a connector: a
+// tool opens the engine's store itself with this config, keeps the
+// engine's own handle for what only that engine has, and wraps it with New
+// for the public API.
+func EngineConfig(location string, opts ...Option) (driver.Config, error) {
+	o := buildOptions(opts)
+	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
+		return driver.Config{}, err
+	}
+	return o.config(driver.Config{Location: location}), nil
+}
+
+// New returns the public handle on d, a store an engine opened (with
+// EngineConfig). Close the returned Store, which closes d; d stays usable
+// meanwhile for what only its engine has.
+func New(d driver.Store) (*Store, error) {
+	if d == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "kv: New: the engine's store must not be nil")
+	}
+	return &Store{drv: d}, nil
+}
+
 func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []Option) (*Store, error) {
 	o := buildOptions(opts)
 	if _, err := bindings.ParseDurability(string(o.durability)); err != nil {
@@ -110,16 +134,21 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	if e == nil {
 		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "engine: must not be nil")
 	}
+	d, err := e.Open(ctx, o.config(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return New(d)
+}
+
+// config fills cfg in from the options.
+func (o options) config(cfg driver.Config) driver.Config {
 	cfg.Clock, cfg.Durability, cfg.ReadOnly = o.clock, string(o.durability), o.readOnly
 	cfg.Logger = o.logger
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	d, err := e.Open(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{drv: d}, nil
+	return cfg
 }
 
 // Path returns where the store is, for people: the SQLite engine's database

@@ -201,6 +201,37 @@ func OpenEngine(ctx context.Context, e driver.Engine, location string, opts ...O
 	return openEngine(ctx, e, driver.Config{Location: location}, opts)
 }
 
+// EngineConfig returns the driver.Config that OpenEngine hands an engine
+// for location with opts, every option checked as OpenEngine checks it.
+// With New it splits OpenEngine in two, as sql.OpenDB wraps a connector: a
+// tool opens the engine's queue itself with this config, keeps the engine's
+// own handle for what only that engine has, and wraps it with New(d,
+// opts...) for the public API.
+func EngineConfig(location string, opts ...Option) (driver.Config, error) {
+	o := buildOptions(opts)
+	if err := o.validate(); err != nil {
+		return driver.Config{}, err
+	}
+	return o.config(driver.Config{Location: location}), nil
+}
+
+// New returns the public handle on d, a queue an engine opened with
+// EngineConfig(location, opts...), applying opts (the same ones) as
+// OpenEngine would: the default visibility, the retry back-off, the
+// dead-letter policy Consume follows, the logger, the poll interval. Close
+// the returned Queue, which closes d; d stays usable meanwhile for what only
+// its engine has.
+func New(d driver.Queue, opts ...Option) (*Queue, error) {
+	if d == nil {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "queue: New: the engine's queue must not be nil")
+	}
+	o := buildOptions(opts)
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return newQueue(d, o, 0), nil
+}
+
 func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []Option) (*Queue, error) {
 	o := buildOptions(opts)
 	if err := o.validate(); err != nil {
@@ -209,11 +240,17 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	if e == nil {
 		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "engine: must not be nil")
 	}
-	log := o.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	cfg = o.config(cfg)
+	d, err := e.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	cfg.BindingName, cfg.Clock, cfg.Logger = o.binding, o.clock, log
+	return newQueue(d, o, cfg.DeadLetter.MaxAttempts), nil
+}
+
+// config fills cfg in from the options.
+func (o options) config(cfg driver.Config) driver.Config {
+	cfg.BindingName, cfg.Clock, cfg.Logger = o.binding, o.clock, o.log()
 	cfg.Durability, cfg.ReadOnly = string(o.durability), o.readOnly
 	cfg.Hints = driver.Hints{URL: o.wake.url, Token: o.wake.token, Subject: o.wake.subject, NoLocalWake: o.wake.noLocalWake}
 	if o.notifier != nil {
@@ -225,20 +262,31 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 	cfg.MoveTargets = o.targets
 	cfg.DedupWindow = o.dedup
 	cfg.Visibility = o.visibility
-	d, err := e.Open(ctx, cfg)
-	if err != nil {
-		return nil, err
+	return cfg
+}
+
+// log is the handle's logger: the app's, or one that discards.
+func (o options) log() *slog.Logger {
+	if o.logger == nil {
+		return slog.New(slog.DiscardHandler)
 	}
+	return o.logger
+}
+
+// newQueue is the public handle on d with options o. maxAttempts is the
+// dead-letter policy the engine was opened with when no WithDeadLetter
+// gave one (FromEnv reads it from the binding).
+func newQueue(d driver.Queue, o options, maxAttempts int) *Queue {
 	poll := o.wake.poll
 	if poll == 0 {
 		poll = DefaultPollInterval
 	}
-	q := &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: log,
-		userLog: o.logger != nil, binding: o.binding, retry: o.retry}
+	q := &Queue{drv: d, now: o.clock, visibility: o.visibility, poll: poll, log: o.log(),
+		userLog: o.logger != nil, binding: o.binding, retry: o.retry, maxAttempt: maxAttempts}
 	if o.dead.set {
 		q.maxAttempt = o.dead.maxAttempts
 	}
-	return q, nil
+	return q
 }
 
 func (o options) validate() error {
