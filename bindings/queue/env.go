@@ -56,9 +56,17 @@ const EnvBindingPrefix = bindings.EnvBindingPrefix
 //
 //	"maxAttempts":5,"deadLetter":{"binding":"orders-dlq","queuePath":"/abs/.localcloud/queue/orders-dlq"}
 type EnvBinding struct {
-	Service           string `json:"service"`
-	QueuePath         string `json:"queuePath"`
-	Subject           string `json:"subject,omitempty"`
+	Service   string `json:"service"`
+	QueuePath string `json:"queuePath"`
+	Subject   string `json:"subject,omitempty"`
+	EnvSettings
+}
+
+// EnvSettings are the queue settings of a queue binding's JSON, the same
+// on every engine: the engine's own fields (queuePath and subject of a
+// local-queue binding, the connection and name of a jetstream-queue one)
+// sit beside them. Every field may be missing (the defaults).
+type EnvSettings struct {
 	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
 	// VisibilityTimeoutMs is VisibilityTimeout in whole milliseconds; nil
 	// when missing.

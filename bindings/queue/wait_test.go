@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
-	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +13,11 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine"
+	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"github.com/localcloud/localcloud/internal/hintsrc"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
@@ -109,11 +112,23 @@ func hwSourcePub(t testing.TB, pub *notify.Publisher, dir, subject string) *hint
 		t.Fatal(err)
 	}
 	t.Cleanup(src.Close) // runs before pub.Close and the handle's close
-	upQ := hwOpen(t, dir)
-	if err := src.Add(filepath.Base(dir), subject, upQ); err != nil {
+	upQ, eq, err := sqlitetools.OpenQueue(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = upQ.Close() })
+	if err := src.Add(filepath.Base(dir), subject, hwProbe{eq}); err != nil {
 		t.Fatal(err)
 	}
 	return src
+}
+
+// hwProbe gives the hint source the probe of a queue, as up's engine tools
+// do.
+type hwProbe struct{ eq *sqlitequeue.Queue }
+
+func (p hwProbe) Probe(ctx context.Context) (engine.Probe, error) {
+	return sqlitetools.Probe(ctx, p.eq)
 }
 
 // hwSubscribed waits until q's shared hint subscription receives hints, by

@@ -4,9 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/asyncapi"
 
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/asyncapi"
 )
 
 // asyncapiCommand prints the AsyncAPI 3.0.0 document of a stack's hint
@@ -50,14 +50,15 @@ func (c *asyncapiCommand) Run(ctx context.Context, args []string) error {
 	return err
 }
 
-// asyncAPIInput describes st's hint channels: one per sqlite queue binding
-// (JetStream wakes its consumers itself, so a jetstream queue has none), on the
-// server of notify.listen. It depends on the stack file only, so the
+// asyncAPIInput describes st's hint channels: one per queue binding whose
+// engine wakes consumers with hints (engine.Traits.Hints; JetStream wakes
+// its consumers itself, so a jetstream queue has none), on the server of
+// notify.listen. It depends on the stack file only, so the
 // document is the same whether up runs or not.
 func asyncAPIInput(st *config.Stack, f asyncapi.Format) asyncapi.Input {
 	in := asyncapi.Input{StackName: st.Name, DefaultHost: st.Notify.Listen, Format: f}
 	for _, b := range st.Bindings {
-		if b.Type == config.TypeQueue && b.Engine != config.EngineJetStream {
+		if t, err := toolsOf(b); err == nil && b.Type == config.TypeQueue && t.Traits().Hints {
 			in.Bindings = append(in.Bindings, b.Name)
 		}
 	}

@@ -2,15 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
-
-	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/sqlstore"
-	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // backupCommand writes a verified online snapshot of a binding's store.
@@ -43,59 +36,29 @@ func (c *backupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if b.Engine == config.EngineJetStream {
-		return jetStreamBackupRefused(st, b, "backup")
-	}
-	if err := needStore(st, b); err != nil {
-		return err
-	}
 	now := time.Now
 	if c.now != nil {
 		now = c.now
 	}
 	began := now()
-	dest, err := filepath.Abs(pos[1])
+	t, err := toolsOf(b)
 	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
-		dest = filepath.Join(dest, fmt.Sprintf("%s-%s.sqlite", b.Name, began.UTC().Format("20060102T150405Z")))
-	}
-	if fi, err := os.Stat(filepath.Dir(dest)); err != nil || !fi.IsDir() {
-		return &hintError{err: fmt.Errorf("backup destination folder %s does not exist", filepath.Dir(dest)), try: "mkdir -p " + filepath.Dir(dest)}
-	}
-	f := formatOf(b.Type)
-	src := bindingFile(b)
-	res, err := sqlstore.Backup(ctx, src, dest, f)
-	var ve *sqlstore.VerifyError
-	switch {
-	case errors.Is(err, sqlstore.ErrExists):
-		return &hintError{err: fmt.Errorf("%s already exists; backup never overwrites a file", dest), try: "name a new file, or a folder to get BINDING-TIME.sqlite in it"}
-	case errors.As(err, &ve):
-		return &hintError{err: fmt.Errorf("the snapshot of %s failed verification, so no backup was written:\n%s", b.Name, problemLines(ve.Problems)),
-			try: "localcloud check " + b.Name + " shows the store's problems"}
-	case err != nil:
-		return fmt.Errorf("back up %s: %w", b.Name, err)
+	env := engineEnv(st)
+	defer env.Close()
+	res, err := t.Backup(ctx, env, b, pos[1], began)
+	if err != nil {
+		return err
 	}
 	took := time.Since(began)
 	if *asJSON {
-		return c.app.printJSON(backupJSON{Binding: b.Name, Type: string(b.Type), Format: f.Marker, Source: src, Backup: res.Path,
-			Bytes: res.Bytes, Objects: res.Verification.Objects, DurationMillis: took.Milliseconds()})
+		return c.app.printJSON(backupJSON{Binding: b.Name, Type: string(b.Type), Format: res.Format, Source: res.Source, Backup: res.Path,
+			Bytes: res.Bytes, Objects: res.Objects, DurationMillis: took.Milliseconds()})
 	}
 	fmt.Fprintf(c.app.stdout, "backed up %s to %s (%d bytes, %s; marker, schema and integrity verified) in %s\n",
-		b.Name, res.Path, res.Bytes, f.Marker, took.Round(time.Millisecond))
+		b.Name, res.Path, res.Bytes, res.Format, took.Round(time.Millisecond))
 	return nil
-}
-
-func problemLines(ps []sqlstore.Problem) string {
-	s := ""
-	for i, p := range ps {
-		if i > 0 {
-			s += "\n"
-		}
-		s += p.String()
-	}
-	return s
 }
 
 func (c *backupCommand) Usage() {
@@ -126,16 +89,4 @@ Examples:
 Flags:
 `)
 	printDefaults(c.app.stdout, fs)
-}
-
-// jetStreamBackupRefused is the error of backup and restore on a jetstream
-// binding: they copy SQLite files; a stream is backed up and restored with
-// the NATS tooling, which names the stream.
-func jetStreamBackupRefused(st *config.Stack, b config.Binding, cmd string) error {
-	stream := supervisor.StreamName(b)
-	return &hintError{
-		err: fmt.Errorf("%s copies SQLite store files; %s binding %s uses engine jetstream (stream %s on %s): use the NATS tooling for it",
-			cmd, b.Type, b.Name, stream, jsWhere(st)),
-		try: fmt.Sprintf("nats stream backup %s ./%s-backup (and nats stream restore ./%s-backup to restore it)", stream, stream, stream),
-	}
 }

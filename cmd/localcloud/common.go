@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // Exit codes.
@@ -253,8 +254,12 @@ func (a *app) fail(err error) int {
 	}
 	fmt.Fprintf(a.stderr, "Error: %s\n", oneLine(err.Error()))
 	var he *hintError
-	if errors.As(err, &he) && he.try != "" {
+	var eh *engine.HintError
+	switch {
+	case errors.As(err, &he) && he.try != "":
 		fmt.Fprintf(a.stderr, "Try: %s\n", he.try)
+	case errors.As(err, &eh) && eh.Try != "":
+		fmt.Fprintf(a.stderr, "Try: %s\n", eh.Try)
 	}
 	return exitFailure
 }

@@ -16,8 +16,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/engine/jsengine"
-	"github.com/localcloud/localcloud/internal/supervisor"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // queueCommand works with a queue binding's store.
@@ -178,7 +177,7 @@ func queueFlags(sub string) (fs *flag.FlagSet, file *string, asJSON *bool) {
 
 // openBinding resolves and opens the queue binding named by pos[0].
 // close closes the queue (and a jetstream binding's connection).
-func (c *queueCommand) openBinding(ctx context.Context, file, name string, access queueAccess) (q *queue.Queue, close func(), b config.Binding, err error) {
+func (c *queueCommand) openBinding(ctx context.Context, file, name string, access engine.Access) (q *queue.Queue, close func(), b config.Binding, err error) {
 	st, b, err := c.app.findBinding(file, name, config.TypeQueue)
 	if err != nil {
 		return nil, nil, b, err
@@ -207,7 +206,7 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 		}
 		p = queue.JSON(json.RawMessage(data))
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueCreate)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Create)
 	if err != nil {
 		return err
 	}
@@ -257,7 +256,7 @@ func (c *queueCommand) receive(ctx context.Context, args []string) error {
 			try: "leave --visibility out for the binding's visibilityTimeout, or give e.g. --visibility 30s",
 		}
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Write)
 	if err != nil {
 		return err
 	}
@@ -331,16 +330,20 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 	if *delay < 0 || *delay > queue.MaxDelay {
 		return &usageError{msg: fmt.Sprintf("--delay must be between 0s and %s, got %s", queue.MaxDelay, *delay), try: "localcloud queue nack BINDING RECEIPT --delay 30s"}
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Write)
 	if err != nil {
 		return err
 	}
 	defer closeQueue()
+	t, err := toolsOf(b)
+	if err != nil {
+		return err
+	}
 	out := queueReceiptJSON{Binding: b.Name}
 	var failed []string
 	for _, r := range pos[1:] {
 		res := queueReceiptState{Receipt: r, OK: true}
-		if err := checkReceipt(b, r); err != nil {
+		if err := t.ValidReceipt(b, r); err != nil {
 			res.OK, res.Error = false, fmt.Sprintf("%v; nothing %sed", err, op)
 			failed = append(failed, fmt.Sprintf("%s %s: %s", op, r, res.Error))
 			out.Results = append(out.Results, res)
@@ -384,7 +387,7 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Write)
 	if err != nil {
 		return err
 	}
@@ -435,11 +438,15 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	if *limit < 1 || *limit > queue.MaxPeekLimit {
 		return &usageError{msg: fmt.Sprintf("--limit must be between 1 and %d, got %d", queue.MaxPeekLimit, *limit), try: "localcloud queue peek -h"}
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Read)
 	if err != nil {
 		return err
 	}
 	defer closeQueue()
+	tools, err := toolsOf(b)
+	if err != nil {
+		return err
+	}
 	msgs, err := q.Peek(ctx, *limit)
 	if err != nil {
 		return err
@@ -451,7 +458,7 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
 				Bytes: len(m.Payload.Data), PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt),
 				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd}
-			if leaseUnknown(b, m) {
+			if leaseUnknown(tools, m) {
 				po.VisibleAt, po.State = "", stateInFlight
 			}
 			if m.Payload.Type == queue.TypeJSON && json.Valid([]byte(m.Payload.Data)) {
@@ -473,7 +480,7 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 	for _, m := range msgs {
 		state, visible := peekState(m, now), fmtTime(m.VisibleAt)
 		switch {
-		case leaseUnknown(b, m):
+		case leaseUnknown(tools, m):
 			state, visible = stateInFlight+" (lease end held by the server)", "-"
 		case state != stateDue && state != stateMoving && state != stateNeverDue:
 			state += " (" + m.VisibleAt.Sub(now).Round(time.Second).String() + " left)"
@@ -541,11 +548,12 @@ func originText(o *queue.Origin) string {
 	return fmt.Sprintf("%s#%d (%d attempts)", name, o.ID, o.Attempts)
 }
 
-// leaseUnknown reports a delivered message of a jetstream queue: the
-// server holds its lease end, so peek shows it in flight with no visibleAt
-// (it is due again when its lease runs out or it is nacked).
-func leaseUnknown(b config.Binding, m queue.PeekedMessage) bool {
-	return b.Engine == config.EngineJetStream && m.Delivered && m.VisibleAt.IsZero()
+// leaseUnknown reports a delivered message of a queue whose engine keeps
+// lease ends to itself (engine.Traits.LeaseEnds; JetStream's server): peek
+// shows it in flight with no visibleAt (it is due again when its lease
+// runs out or it is nacked).
+func leaseUnknown(t engine.Tools, m queue.PeekedMessage) bool {
+	return !t.Traits().LeaseEnds && m.Delivered && m.VisibleAt.IsZero()
 }
 
 // peekState says whether a message is due, in flight (leased), delayed, or
@@ -570,7 +578,7 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueRead)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Read)
 	if err != nil {
 		return err
 	}
@@ -635,7 +643,7 @@ func (c *queueCommand) extend(ctx context.Context, args []string) error {
 	if err != nil {
 		return &usageError{msg: fmt.Sprintf("DURATION: %q is not a duration like 30s or 5m", pos[2]), try: "localcloud queue extend BINDING RECEIPT 5m"}
 	}
-	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], queueWrite)
+	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Write)
 	if err != nil {
 		return err
 	}
@@ -698,13 +706,13 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 		if tb.Engine != b.Engine {
 			return &usageError{
 				msg: fmt.Sprintf("--to %s: queue %s uses engine %s and %s uses engine %s; redrive moves messages between queues of one engine",
-					tb.Name, tb.Name, engineOf(tb), b.Name, engineOf(b)),
-				try: "localcloud queue redrive " + b.Name + " --to BINDING, naming a queue on engine " + engineOf(b),
+					tb.Name, tb.Name, tb.Engine, b.Name, b.Engine),
+				try: "localcloud queue redrive " + b.Name + " --to BINDING, naming a queue on engine " + b.Engine,
 			}
 		}
-		opts = append(opts, queue.RedriveTo(supervisor.Location(tb)))
+		opts = append(opts, queue.RedriveTo(engine.Location(tb)))
 	}
-	q, closeQueue, err := openQueue(ctx, st, b, queueWrite)
+	q, closeQueue, err := openQueue(ctx, st, b, engine.Write)
 	if err != nil {
 		return err
 	}
@@ -821,25 +829,4 @@ Flags:
   --existing       tail: print the messages already there first
   --max N          tail: stop after N messages
 `)
-}
-
-// checkReceipt checks that r is a receipt binding b's engine could have
-// issued (the engines take any other string as never issued, a no-op).
-func checkReceipt(b config.Binding, r string) error {
-	if b.Engine != config.EngineJetStream {
-		_, err := queue.ParseReceipt(r)
-		return err
-	}
-	if !jsengine.ValidReceipt(b.Name, r) {
-		return fmt.Errorf("receipt: %q is not a receipt of jetstream queue %s (they look like js1:DEADLINE:LEASE:$JS.ACK.LCQ_%s.lc...)", r, b.Name, b.Name)
-	}
-	return nil
-}
-
-// engineOf is b's engine, "sqlite" when it sets none.
-func engineOf(b config.Binding) string {
-	if b.Engine == "" {
-		return config.EngineSQLite
-	}
-	return b.Engine
 }

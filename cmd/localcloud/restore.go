@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -47,73 +43,30 @@ func (c *restoreCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if b.Engine == config.EngineJetStream {
-		return jetStreamBackupRefused(st, b, "restore")
-	}
-	src, err := filepath.Abs(pos[1])
-	if err != nil {
-		return err
-	}
-	if fi, err := os.Stat(src); err != nil || !fi.Mode().IsRegular() {
-		return &hintError{err: fmt.Errorf("restore source %s is not a readable file", src), try: "name a file written by localcloud backup"}
-	}
-	release, err := holdDataDir(st)
-	if err != nil {
-		return err
-	}
-	defer release()
-
 	now := time.Now
 	if c.now != nil {
 		now = c.now
 	}
-	f := formatOf(b.Type)
-	var checks []sqlstore.RestoreCheck
-	if b.Type == config.TypeQueue {
-		checks = append(checks, func(ctx context.Context, db *sql.DB) error {
-			refs, err := sqlitequeue.ReadReferences(ctx, db)
-			if err != nil {
-				return err
-			}
-			if lines := supervisor.ForeignReferences(st, b, refs); len(lines) > 0 {
-				return &foreignRefsError{lines: lines}
-			}
-			return nil
-		})
+	t, err := toolsOf(b)
+	if err != nil {
+		return err
 	}
-	res, err := sqlstore.Restore(ctx, b.Path, f, src, now(), checks...)
-	var ve *sqlstore.VerifyError
-	var fe *foreignRefsError
-	switch {
-	case errors.As(err, &fe):
-		return &hintError{err: fmt.Errorf("%s names destinations that stack %s does not have, so nothing was changed:\n  %s",
-			src, st.Name, strings.Join(fe.lines, "\n  ")),
-			try: fmt.Sprintf("restore a backup of %s taken from this stack, or add the named queues to the stack file", b.Name)}
-	case errors.As(err, &ve):
-		return &hintError{err: fmt.Errorf("%s is not a sound %s store, so nothing was changed:\n%s", src, f.Marker, problemLines(ve.Problems)),
-			try: fmt.Sprintf("restore a backup of a %s binding, made by localcloud backup", b.Type)}
-	case errors.Is(err, sqlstore.ErrStoreInUse):
-		return &hintError{err: err, try: fmt.Sprintf("stop the apps that use %s (localcloud run ...), then run restore again; nothing was changed", b.Name)}
-	case errors.Is(err, sqlstore.ErrStoreBusy):
-		return &hintError{err: err, try: "a writer held the store's lock for a long time; stop the apps that use it and retry"}
-	case err != nil:
-		return fmt.Errorf("restore %s: %w", b.Name, err)
+	env := engineEnv(st)
+	defer env.Close()
+	env.Exclusive = func() (func(), error) { return holdDataDir(st) }
+	res, err := t.Restore(ctx, env, b, pos[1], now())
+	if err != nil {
+		return err
 	}
 	if *asJSON {
-		return c.app.printJSON(restoreJSON{Binding: b.Name, Type: string(b.Type), Format: f.Marker, Source: src, Store: res.Path, Replaced: res.Replaced})
+		return c.app.printJSON(restoreJSON{Binding: b.Name, Type: string(b.Type), Format: res.Format, Source: res.Source, Store: res.Store, Replaced: res.Replaced})
 	}
-	fmt.Fprintf(c.app.stdout, "restored %s from %s (marker, schema and integrity verified)\n", b.Name, src)
+	fmt.Fprintf(c.app.stdout, "restored %s from %s (marker, schema and integrity verified)\n", b.Name, res.Source)
 	if res.Replaced != "" {
 		fmt.Fprintf(c.app.stdout, "the replaced store is kept at %s\n", res.Replaced)
 	}
 	return nil
 }
-
-// foreignRefsError refuses a queue backup whose own tables name locations
-// that are no queue of the stack (supervisor.ForeignReferences).
-type foreignRefsError struct{ lines []string }
-
-func (e *foreignRefsError) Error() string { return strings.Join(e.lines, "; ") }
 
 // holdDataDir takes the exclusive lock localcloud up takes on
 // <dataDir>/.lock, so restore is refused while up serves the stack and up

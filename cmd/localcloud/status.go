@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/sqlstore"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,9 +14,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -76,6 +73,8 @@ type statusBinding struct {
 	Queue         *queueCounts `json:"queue,omitempty"`
 	// CountError says why the counts are missing.
 	CountError string `json:"countError,omitempty"`
+	// where says where the store is, for the table.
+	where string
 }
 
 type kvCounts struct {
@@ -181,6 +180,8 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	if st != nil {
 		rep.Stack, rep.StackFile = st.Name, st.File
 	}
+	env := engineEnv(st)
+	defer env.Close()
 	switch {
 	case rt == nil && st == nil:
 		return rep, nil
@@ -192,9 +193,9 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
 		for _, b := range rt.Bindings {
-			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject}
-			if b.Engine == config.EngineJetStream {
-				sb.Engine, sb.Stream, sb.Replicas, sb.Subject = b.Engine, b.Stream, b.Replicas, ""
+			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Stream: b.Stream, Replicas: b.Replicas}
+			if b.Engine != config.DefaultEngine {
+				sb.Engine = b.Engine
 			}
 			setHealth(&sb.Health, &sb.HealthMessage, b.Health)
 			rep.Bindings = append(rep.Bindings, sb)
@@ -202,166 +203,80 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	default:
 		for _, b := range st.Bindings {
 			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path}
-			if b.Engine == config.EngineJetStream {
-				sb.Engine, sb.Stream, sb.Replicas = b.Engine, supervisor.StreamName(b), b.Replicas
-				health := "not checked: a jetstream binding on up's embedded JetStream; localcloud status reads it only while localcloud up runs"
-				if st.JetStream.External() {
-					health = "not checked: localcloud up is not running (the counts come from the cluster)"
-				}
-				setHealth(&sb.Health, &sb.HealthMessage, health)
-				rep.Bindings = append(rep.Bindings, sb)
-				continue
+			t, err := toolsOf(b)
+			if err != nil {
+				return nil, err
 			}
-			setHealth(&sb.Health, &sb.HealthMessage, offlineHealth(b))
-			if b.Type == config.TypeQueue {
+			if b.Engine != config.DefaultEngine {
+				sb.Engine = b.Engine
+			}
+			p := t.Place(b)
+			sb.Stream, sb.Replicas = p.Stream, p.Replicas
+			if b.Type == config.TypeQueue && t.Traits().Hints {
 				sb.Subject = config.Subject(st.Name, b.Name)
 			}
+			setHealth(&sb.Health, &sb.HealthMessage, t.Health(ctx, env, b))
 			rep.Bindings = append(rep.Bindings, sb)
 		}
 	}
 	for i := range rep.Bindings {
-		sb := &rep.Bindings[i]
-		countStore(ctx, st, sb, now)
-		// While up runs, its health reports the moves it left.
-		if b, ok := st.Binding(sb.Name); ok && !running && sb.Queue != nil && sb.Engine != config.EngineJetStream && b.Path == sb.Path {
-			if probs := queueMoveProblems(ctx, st, *b); len(probs) > 0 {
-				if sb.Health != supervisor.HealthOK {
-					probs = append([]string{sb.Health}, probs...)
-				}
-				sb.Health = strings.Join(probs, "; ")
-			}
-		}
+		countStore(ctx, env, &rep.Bindings[i], now)
 	}
 	return rep, nil
 }
 
-// offlineHealth is the health of a binding while no up runs: whether its
-// store exists, with the modes up keeps.
-func offlineHealth(b config.Binding) string {
-	di, err := os.Stat(b.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "not provisioned; localcloud up creates it"
+// bindingOf is the binding sb reports: the stack file's, or, when the
+// file does not describe it (an edit in progress), what up published.
+func bindingOf(st *config.Stack, sb statusBinding) config.Binding {
+	if b, ok := st.Binding(sb.Name); ok && b.Path == sb.Path {
+		return *b
 	}
-	if err != nil {
-		return fmt.Sprintf("cannot stat store directory: %v", err)
+	b := config.Binding{Name: sb.Name, Type: config.Type(sb.Type), Engine: sb.Engine, Path: sb.Path, Replicas: sb.Replicas}
+	if b.Engine == "" {
+		b.Engine = config.DefaultEngine
 	}
-	var probs []string
-	if v, msg := sqlstore.DirModeVerdict(b.Path, di.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
-		probs = append(probs, msg)
-	}
-	name := kv.FileName
-	if b.Type == config.TypeQueue {
-		name = queue.FileName
-	}
-	fi, err := os.Stat(filepath.Join(b.Path, name))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		probs = append(probs, "no database file; localcloud up creates it")
-	case err != nil:
-		probs = append(probs, fmt.Sprintf("cannot stat database file: %v", err))
-	default:
-		if v, msg := sqlstore.FileModeVerdict(filepath.Join(b.Path, name), fi.Mode()); v == sqlstore.ModeRefuse || v == sqlstore.ModeOwner {
-			probs = append(probs, msg)
-		}
-	}
-	if len(probs) == 0 {
-		return supervisor.HealthOK
-	}
-	return strings.Join(probs, "; ")
+	return b
 }
 
-// countStore fills in a binding's counts by opening its store read-only. A
-// store that is missing is not opened (opening never creates it anyway). A
-// jetstream binding is counted through the engine (countJetStream).
-func countStore(ctx context.Context, st *config.Stack, sb *statusBinding, now time.Time) {
+// countStore fills in a binding's counts and where it is, opening its
+// store read-only through its engine. A store that does not exist is not
+// opened (it is not created either way).
+func countStore(ctx context.Context, env *engine.Env, sb *statusBinding, now time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, countTimeout)
 	defer cancel()
-	ms := now.UnixMilli()
-	if sb.Engine == config.EngineJetStream {
-		countJetStream(ctx, st, sb, now)
+	b := bindingOf(env.Stack, *sb)
+	t, err := toolsOf(b)
+	if err != nil {
+		sb.CountError = err.Error()
 		return
 	}
-	switch config.Type(sb.Type) {
-	case config.TypeKV:
-		if !fileExists(filepath.Join(sb.Path, kv.FileName)) {
-			return
-		}
-		s, err := kv.Open(ctx, sb.Path, kv.WithReadOnly())
+	sb.where = t.Where(b)
+	if p := t.Place(b); p.Replicas > 0 {
+		sb.where += fmt.Sprintf(" (%d replica(s))", p.Replicas)
+	}
+	if ok, err := t.Exists(ctx, env, b); err != nil || !ok {
 		if err != nil {
 			sb.CountError = err.Error()
-			return
 		}
-		defer s.Close()
-		st, err := s.Stats(ctx)
-		c := kvCounts{Live: st.Live, Expired: st.Expired}
-		if err != nil {
-			sb.CountError = fmt.Sprintf("count keys: %v", err)
-			return
-		}
-		sb.KV = &c
-	case config.TypeQueue:
-		if !fileExists(filepath.Join(sb.Path, queue.FileName)) {
-			return
-		}
-		q, err := queue.Open(ctx, sb.Path, queue.WithReadOnly())
-		if err != nil {
-			sb.CountError = err.Error()
-			return
-		}
-		defer q.Close()
-		// The queue's own Stats: the engine owns the schema.
-		st, err := q.Stats(ctx)
-		if err != nil {
-			sb.CountError = fmt.Sprintf("count messages: %v", err)
-			return
-		}
-		c := queueCounts{Due: st.Due, InFlight: st.InFlight}
-		if !st.Oldest.IsZero() && st.Oldest.UnixMilli() < ms {
-			c.OldestAgeMillis = ms - st.Oldest.UnixMilli()
-		}
-		sb.Queue = &c
-	}
-}
-
-// countJetStream fills in a jetstream binding's counts: the engine's
-// Stats through a read-only handle, reached as the other commands reach
-// JetStream (dialJetStream). Live and expired keys, due and in-flight
-// messages and the oldest message's age mean what they mean on SQLite
-// (README: the semantics of both engines).
-func countJetStream(ctx context.Context, st *config.Stack, sb *statusBinding, now time.Time) {
-	b, ok := config.Binding{}, false
-	if st != nil {
-		var p *config.Binding
-		if p, ok = st.Binding(sb.Name); ok {
-			b = *p
-		}
-	}
-	if !ok || b.Engine != config.EngineJetStream {
-		sb.CountError = "the stack file does not describe this jetstream binding, so status cannot reach its stream"
 		return
 	}
-	switch b.Type {
-	case config.TypeKV:
-		s, closeStore, err := openKV(ctx, st, b, false)
-		if err != nil {
-			sb.CountError = err.Error()
-			return
-		}
-		defer closeStore()
-		kst, err := s.Stats(ctx)
+	h, err := t.Open(ctx, env, b, engine.Read)
+	if err != nil {
+		sb.CountError = err.Error()
+		return
+	}
+	defer h.Close()
+	switch {
+	case h.KV() != nil:
+		kst, err := h.KV().Stats(ctx)
 		if err != nil {
 			sb.CountError = fmt.Sprintf("count keys: %v", err)
 			return
 		}
 		sb.KV = &kvCounts{Live: kst.Live, Expired: kst.Expired}
-	case config.TypeQueue:
-		q, closeQueue, err := openQueue(ctx, st, b, queueRead)
-		if err != nil {
-			sb.CountError = err.Error()
-			return
-		}
-		defer closeQueue()
-		qst, err := q.Stats(ctx)
+	case h.Queue() != nil:
+		// The queue's own Stats: the engine owns the schema.
+		qst, err := h.Queue().Stats(ctx)
 		if err != nil {
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
@@ -440,9 +355,9 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		if b.HealthMessage != "" {
 			health = b.HealthMessage
 		}
-		path := b.Path
-		if b.Engine == config.EngineJetStream {
-			path = fmt.Sprintf("jetstream:%s (%d replica(s))", b.Stream, b.Replicas)
+		path := b.where
+		if path == "" {
+			path = b.Path
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), path)
 	}

@@ -7,13 +7,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +22,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -158,101 +156,66 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 	return st, *b, nil
 }
 
-// bindingFile returns the database file of a binding.
-func bindingFile(b config.Binding) string {
-	if b.Type == config.TypeQueue {
-		return filepath.Join(b.Path, queue.FileName)
-	}
-	return filepath.Join(b.Path, kv.FileName)
-}
-
-// needStore fails with a hint when the binding's store was never created.
-func needStore(st *config.Stack, b config.Binding) error {
-	_, err := os.Stat(bindingFile(b))
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return &hintError{
-			err: fmt.Errorf("%s binding %s has no store yet (%s does not exist)", b.Type, b.Name, bindingFile(b)),
-			try: "localcloud up -f " + st.File + " creates every store",
+// engineEnv returns the engine tools' environment for st: the stack and
+// what the running up publishes of itself. Close it when done.
+func engineEnv(st *config.Stack) *engine.Env {
+	env := &engine.Env{Stack: st}
+	if st != nil {
+		if rt, running, err := supervisor.Probe(st.DataDir); err == nil && running {
+			env.UpRunning = true
+			if rt != nil {
+				env.UpURL = rt.NATSURL
+			}
 		}
 	}
-	return err
+	return env
+}
+
+// toolsOf returns the tools of b's engine.
+func toolsOf(b config.Binding) (engine.Tools, error) { return engine.For(b) }
+
+// openBinding opens b's store through its engine's tools with access a,
+// on an environment of its own. close closes the handle and what was
+// opened for it (a connection to JetStream).
+func openBinding(ctx context.Context, st *config.Stack, b config.Binding, a engine.Access) (h engine.Handle, close func(), err error) {
+	t, err := toolsOf(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := engineEnv(st)
+	h, err = t.Open(ctx, env, b, a)
+	if err != nil {
+		_ = env.Close()
+		return nil, nil, err
+	}
+	return h, func() { _ = h.Close(); _ = env.Close() }, nil
 }
 
 // openKV opens a KV binding's store, creating it only when create is set
-// (as an app's first write would). A jetstream binding is opened through
-// the engine on its stream (jetstream.go). close closes the store (and the
-// connection to JetStream).
+// (as an app's first write would).
 func openKV(ctx context.Context, st *config.Stack, b config.Binding, create bool) (s *kv.Store, close func(), err error) {
-	d, err := bindings.ParseDurability(b.Durability)
+	a := engine.Write
+	if create {
+		a = engine.Create
+	}
+	h, close, err := openBinding(ctx, st, b, a)
 	if err != nil {
 		return nil, nil, err
 	}
-	if b.Engine == config.EngineJetStream {
-		return openKVJetStream(ctx, st, b, create, d)
-	}
-	if !create {
-		if err := needStore(st, b); err != nil {
-			return nil, nil, err
-		}
-	}
-	s, err = kv.Open(ctx, b.Path, kv.WithDurability(d))
-	if err != nil {
-		return nil, nil, fmt.Errorf("open kv binding %s: %w", b.Name, err)
-	}
-	return s, func() { s.Close() }, nil
+	return h.KV(), close, nil
 }
 
-// queueAccess says how a queue command opens its store.
-type queueAccess int
-
-const (
-	queueRead   queueAccess = iota // read-only; the store must exist
-	queueWrite                     // the store must exist
-	queueCreate                    // created if missing (send)
-)
-
-// openQueue opens a queue binding's store with the binding's settings. For
-// writers it also joins the hints of a running up, so a send or nack from
-// the command line wakes waiting consumers at once and a waiting receive
-// wakes on other processes' sends. A jetstream binding is opened through
-// the engine on its stream (jetstream.go; JetStream wakes its consumers
-// itself). close closes the queue (and the connection to JetStream).
-func openQueue(ctx context.Context, st *config.Stack, b config.Binding, access queueAccess) (q *queue.Queue, close func(), err error) {
-	d, err := bindings.ParseDurability(b.Durability)
+// openQueue opens a queue binding's store with the binding's settings
+// (engine.Read: read-only; engine.Write: the store must exist;
+// engine.Create: created if missing, for send). A writer on a SQLite
+// store also joins the hints of a running up, so a send or nack from the
+// command line wakes waiting consumers at once.
+func openQueue(ctx context.Context, st *config.Stack, b config.Binding, a engine.Access) (q *queue.Queue, close func(), err error) {
+	h, close, err := openBinding(ctx, st, b, a)
 	if err != nil {
 		return nil, nil, err
 	}
-	if b.Engine == config.EngineJetStream {
-		return openQueueJetStream(ctx, st, b, access, d)
-	}
-	if access != queueCreate {
-		if err := needStore(st, b); err != nil {
-			return nil, nil, err
-		}
-	}
-	var opts []queue.Option
-	if access == queueRead {
-		opts = append(opts, queue.WithReadOnly())
-	} else {
-		opts = append(opts, queue.WithDurability(d), queue.WithBindingName(b.Name))
-		// The binding's dead-letter policy holds for the CLI as for apps,
-		// and so do the stack's rules for finishing moves.
-		opts = append(opts, supervisor.QueueOptions(st, b)...)
-		if rt, running, err := supervisor.Probe(st.DataDir); err == nil && running && rt != nil && rt.NATSURL != "" {
-			opts = append(opts, queue.WithHints(rt.NATSURL, st.Notify.Token, config.Subject(st.Name, b.Name)))
-		}
-	}
-	if b.VisibilityTimeout > 0 {
-		opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
-	}
-	q, err = queue.Open(ctx, b.Path, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open queue binding %s: %w", b.Name, err)
-	}
-	return q, func() { q.Close() }, nil
+	return h.Queue(), close, nil
 }
 
 // storeErr turns a store error into the command's error: invalid input

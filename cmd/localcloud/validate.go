@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
 // validateCommand checks a stack file: "ok" and a line per binding, or every
@@ -63,8 +62,12 @@ func (c *validateCommand) Run(ctx context.Context, args []string) error {
 			Bindings: []validateBinding{}, Problems: []validateProblem{}}
 		for _, b := range st.Bindings {
 			vb := validateBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, Durability: b.Durability}
-			if b.Engine == config.EngineJetStream {
-				vb.Engine, vb.Stream, vb.Replicas = b.Engine, supervisor.StreamName(b), b.Replicas
+			if b.Engine != config.DefaultEngine {
+				vb.Engine = b.Engine
+			}
+			if t, err := toolsOf(b); err == nil {
+				p := t.Place(b)
+				vb.Stream, vb.Replicas = p.Stream, p.Replicas
 			}
 			if b.Type == config.TypeQueue {
 				vb.VisibilityTimeout = b.VisibilityTimeout.String()
@@ -120,8 +123,8 @@ func printBindings(w io.Writer, st *config.Stack) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, b := range st.Bindings {
 		where := b.Path
-		if b.Engine == config.EngineJetStream {
-			where = "jetstream:" + supervisor.StreamName(b)
+		if t, err := toolsOf(b); err == nil {
+			where = t.Where(b)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", b.Name, b.Type, where, settings(b))
 	}
@@ -137,7 +140,7 @@ func settings(b config.Binding) string {
 			parts = append(parts, fmt.Sprintf("maxAttempts=%d", b.MaxAttempts), "deadLetter="+b.DeadLetter)
 		}
 	}
-	if b.Engine == config.EngineJetStream {
+	if b.Replicas > 0 {
 		parts = append(parts, fmt.Sprintf("replicas=%d", b.Replicas))
 	}
 	parts = append(parts, "durability="+b.Durability)

@@ -33,18 +33,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/dirwatch"
-	"github.com/localcloud/localcloud/internal/engine/admin"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/dirwatch"
+	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/notify"
 )
 
@@ -75,8 +72,9 @@ var (
 	ErrDuplicate = errors.New("already watched")
 
 	// ErrNoDirectory means the queue has no directory to watch (a memory
-	// store, which no other process can write anyway).
-	ErrNoDirectory = errors.New("queue has no store directory")
+	// store, which no other process can write anyway, or a store of an
+	// engine that wakes its consumers itself). It is engine.ErrNoProbe.
+	ErrNoDirectory = engine.ErrNoProbe
 )
 
 // The re-checks that follow a directory event. inotify reports a commit's
@@ -190,9 +188,9 @@ type Options struct {
 type Source struct {
 	pub *notify.Publisher
 	log *slog.Logger
-	dw  *dirwatch.DirWatcher
 
 	mu        sync.Mutex
+	dws       map[string]*dirwatch.DirWatcher // by the database file's base name
 	byBinding map[string]*watched
 	byDir     map[string]*watched
 	closed    bool
@@ -207,36 +205,25 @@ func New(opts Options) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Source{pub: opts.Publisher, log: log, byBinding: map[string]*watched{}, byDir: map[string]*watched{}}
-	dw, err := dirwatch.NewDirWatcher(dirwatch.DirWatcherOptions{
-		Name:    queue.FileName,
-		Changed: s.changed,
-		Gone:    s.gone,
-		Logger:  log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("new hint source: %w", err)
-	}
-	s.dw = dw
-	return s, nil
+	return &Source{pub: opts.Publisher, log: log, dws: map[string]*dirwatch.DirWatcher{},
+		byBinding: map[string]*watched{}, byDir: map[string]*watched{}}, nil
 }
 
-// Add starts publishing hints on subject for the queue q of binding. It
-// takes one connection from q's reader pool for as long as the queue is
-// watched, and publishes a first hint if messages are already due. q must
-// stay open until Remove or Close.
-func (s *Source) Add(binding, subject string, q *queue.Queue) error {
+// Prober gives the Probe of one queue: engine.Handle does.
+type Prober interface {
+	Probe(ctx context.Context) (engine.Probe, error)
+}
+
+// Add starts publishing hints on subject for the queue of binding, watched
+// through the probe q gives (its engine's own connection, held for as long
+// as the queue is watched), and publishes a first hint if messages are
+// already due. q must stay open until Remove or Close. A queue whose
+// engine has no probe (a memory store, a store on a server) is
+// ErrNoDirectory.
+func (s *Source) Add(binding, subject string, q Prober) error {
 	if binding == "" || subject == "" || q == nil {
 		return fmt.Errorf("add %q to hint source: binding, subject and queue are required", binding)
 	}
-	eq, err := admin.Queue(q)
-	if err != nil {
-		return fmt.Errorf("add %q to hint source: %w", binding, err)
-	}
-	if q.Location() == "" || strings.HasPrefix(q.Location(), queue.MemoryPrefix) {
-		return fmt.Errorf("add %q to hint source: %w", binding, ErrNoDirectory)
-	}
-	dir := filepath.Clean(q.Location())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -245,16 +232,23 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	if _, ok := s.byBinding[binding]; ok {
 		return fmt.Errorf("add %q to hint source: binding %w", binding, ErrDuplicate)
 	}
-	if other, ok := s.byDir[dir]; ok {
-		return fmt.Errorf("add %q to hint source: directory %s %w by binding %q", binding, dir, ErrDuplicate, other.binding)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	conn, err := eq.NewProbe(ctx)
+	conn, err := q.Probe(ctx)
 	if err != nil {
 		return fmt.Errorf("add %q to hint source: take a connection: %w", binding, err)
 	}
-	w := &watched{src: s, binding: binding, subject: subject, dir: dir, conn: conn}
+	dir := filepath.Clean(conn.Dir())
+	if other, ok := s.byDir[dir]; ok {
+		_ = conn.Close()
+		return fmt.Errorf("add %q to hint source: directory %s %w by binding %q", binding, dir, ErrDuplicate, other.binding)
+	}
+	dw, err := s.watcher(conn.File())
+	if err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("add %q to hint source: %w", binding, err)
+	}
+	w := &watched{src: s, binding: binding, subject: subject, dir: dir, conn: conn, dw: dw}
 	// Without the subscription the Source hints every insert itself, as a
 	// library's hint is then never known to cover one.
 	sub, err := s.pub.Conn().Subscribe(subject, w.hinted)
@@ -264,7 +258,7 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	w.sub = sub
 	// Watch first, then read the baseline: a commit in between is seen by
 	// the first look (its data_version differs) or reported by an event.
-	if err := s.dw.Add(dir); err != nil {
+	if err := dw.Add(dir); err != nil {
 		if sub != nil {
 			_ = sub.Unsubscribe()
 		}
@@ -279,6 +273,25 @@ func (s *Source) Add(binding, subject string, q *queue.Queue) error {
 	return nil
 }
 
+// watcher returns the directory watcher of database files named name,
+// started on first use. Called with s.mu held.
+func (s *Source) watcher(name string) (*dirwatch.DirWatcher, error) {
+	if dw := s.dws[name]; dw != nil {
+		return dw, nil
+	}
+	dw, err := dirwatch.NewDirWatcher(dirwatch.DirWatcherOptions{
+		Name:    name,
+		Changed: s.changed,
+		Gone:    s.gone,
+		Logger:  s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.dws[name] = dw
+	return dw, nil
+}
+
 // Remove stops publishing hints for binding and gives its connection back
 // to the queue's pool. Removing a binding that is not watched does nothing.
 func (s *Source) Remove(binding string) {
@@ -287,7 +300,7 @@ func (s *Source) Remove(binding string) {
 	if ok {
 		delete(s.byBinding, binding)
 		delete(s.byDir, w.dir)
-		if err := s.dw.Remove(w.dir); err != nil {
+		if err := w.dw.Remove(w.dir); err != nil {
 			s.log.Warn("hint source: unwatch directory", logKeyBinding, binding, logKeyDir, w.dir, logKeyErr, err)
 		}
 	}
@@ -311,9 +324,13 @@ func (s *Source) Close() {
 		all = append(all, w)
 	}
 	s.byBinding, s.byDir = map[string]*watched{}, map[string]*watched{}
+	dws := s.dws
+	s.dws = map[string]*dirwatch.DirWatcher{}
 	s.mu.Unlock()
-	if err := s.dw.Close(); err != nil { // waits for a running callback
-		s.log.Warn("hint source: close directory watcher", logKeyErr, err)
+	for _, dw := range dws {
+		if err := dw.Close(); err != nil { // waits for a running callback
+			s.log.Warn("hint source: close directory watcher", logKeyErr, err)
+		}
 	}
 	for _, w := range all {
 		w.close()
@@ -353,8 +370,9 @@ type watched struct {
 	subject string
 	dir     string
 
-	mu       sync.Mutex         // guards everything below; held while looking
-	conn     *sqlitequeue.Probe // dedicated connection: data_version is per connection
+	mu       sync.Mutex   // guards everything below; held while looking
+	conn     engine.Probe // dedicated connection: data_version is per connection
+	dw       *dirwatch.DirWatcher
 	version  int64
 	known    bool        // version was read
 	next     int64       // visible_at the timer is armed for; 0: none

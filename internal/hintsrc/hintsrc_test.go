@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"github.com/localcloud/localcloud/internal/engine/admin"
-	"github.com/localcloud/localcloud/internal/hintserver"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"github.com/localcloud/localcloud/internal/hintsrc"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
@@ -106,19 +108,30 @@ func (r *rig) firstFrom(t time.Time) (received, bool) {
 	return received{}, false
 }
 
-func openQueue(t *testing.T, dir string) *queue.Queue {
+// watchedQueue is a queue as up opens it for the hint source: the public
+// handle with the engine's own beside it, which gives the probe.
+type watchedQueue struct {
+	*queue.Queue
+	eq *sqlitequeue.Queue
+}
+
+func (w watchedQueue) Probe(ctx context.Context) (engine.Probe, error) {
+	return sqlitetools.Probe(ctx, w.eq)
+}
+
+func openQueue(t *testing.T, loc string) watchedQueue {
 	t.Helper()
-	q, err := queue.Open(context.Background(), dir)
+	q, eq, err := sqlitetools.OpenQueue(context.Background(), loc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	return q
+	return watchedQueue{q, eq}
 }
 
 func foreign(t *testing.T, dir string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitequeue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +236,7 @@ func TestLeaseEndHinted(t *testing.T) {
 		t.Fatalf("Receive = %v, %v", msgs, err)
 	}
 	var v int64
-	if err := admin.QueueDB(consumer).R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
+	if err := consumer.eq.DB().R.QueryRow(`SELECT visible_at FROM messages`).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	leaseEnd := time.UnixMilli(v)
@@ -305,11 +318,7 @@ func TestAddErrors(t *testing.T) {
 	if err := r.src.Add("b", subject, openQueue(t, dir)); !errors.Is(err, hintsrc.ErrDuplicate) {
 		t.Errorf("same directory twice: %v, want ErrDuplicate", err)
 	}
-	mem, err := queue.OpenMemory(context.Background(), "hintsrc-mem")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
+	mem := openQueue(t, queue.MemoryPrefix+"hintsrc-mem")
 	if err := r.src.Add("m", subject, mem); !errors.Is(err, hintsrc.ErrNoDirectory) {
 		t.Errorf("memory queue: %v, want ErrNoDirectory", err)
 	}
@@ -336,11 +345,11 @@ func TestConnectionReturnedOnRemove(t *testing.T) {
 	if err := r.src.Add("conn", subject, q); err != nil {
 		t.Fatal(err)
 	}
-	if st := admin.QueueDB(q).R.Stats(); st.InUse != 1 {
+	if st := q.eq.DB().R.Stats(); st.InUse != 1 {
 		t.Fatalf("reader connections in use while watched = %d, want 1", st.InUse)
 	}
 	r.src.Remove("conn")
-	if st := admin.QueueDB(q).R.Stats(); st.InUse != 0 {
+	if st := q.eq.DB().R.Stats(); st.InUse != 0 {
 		t.Fatalf("reader connections in use after Remove = %d, want 0", st.InUse)
 	}
 }
@@ -352,7 +361,7 @@ func TestQueriesUseSpecIndex(t *testing.T) {
 		`SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT ?2)`,
 		`SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`,
 	} {
-		rows, err := admin.QueueDB(q).R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
+		rows, err := q.eq.DB().R.Query("EXPLAIN QUERY PLAN "+stmt, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

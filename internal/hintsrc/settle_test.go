@@ -9,10 +9,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"github.com/localcloud/localcloud/notify"
 )
+
+// probeOf gives the probe of a SQLite queue, as the engine's tools do.
+type probeOf struct{ eq *sqlitequeue.Queue }
+
+func (p probeOf) Probe(ctx context.Context) (engine.Probe, error) {
+	return sqlitetools.Probe(ctx, p.eq)
+}
 
 // manualRig is a Source on a real embedded server watching one queue
 // store, with a subscriber on its subject. The directory is unwatched, so
@@ -50,18 +59,18 @@ func newManualRig(t *testing.T, name string) manualRig {
 	}
 	t.Cleanup(src.Close)
 	dir := t.TempDir()
-	q, err := queue.Open(ctx, dir)
+	q, eq, err := sqlitetools.OpenQueue(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	if err := src.Add(name, subject, q); err != nil {
+	if err := src.Add(name, subject, probeOf{eq}); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.dw.Remove(dir); err != nil {
+	if err := src.byDir[dir].dw.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitequeue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}

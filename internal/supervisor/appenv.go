@@ -7,10 +7,8 @@ import (
 	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // EnvVar is one variable of the app contract.
@@ -22,7 +20,8 @@ func (v EnvVar) String() string { return v.Name + "=" + v.Value }
 // AppEnv returns the environment an app of st needs, in this order: the
 // stack name, the NATS URL (left out when natsURL is ""), the token when the
 // stack sets one, and per binding LOCALCLOUD_BINDING_<NAME> holding the
-// binding's JSON on one line. `localcloud env`, `localcloud run` and
+// binding's JSON on one line, as its engine writes it
+// (engine.Tools.AppBinding). `localcloud env`, `localcloud run` and
 // localcloudtest all use it.
 func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 	vars := []EnvVar{{bindings.EnvStackName, st.Name}}
@@ -33,12 +32,13 @@ func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 		vars = append(vars, EnvVar{bindings.EnvNATSToken, st.Notify.Token})
 	}
 	for _, b := range st.Bindings {
-		v := sqliteEnv(st, b)
-		if b.Engine == config.EngineJetStream {
-			v = jetStreamEnv(st, b, natsURL)
+		t, err := engine.For(b)
+		if err != nil {
+			return nil, err
 		}
-		if v == nil {
-			continue
+		v, err := t.AppBinding(st, b, natsURL)
+		if err != nil {
+			return nil, err
 		}
 		js, err := MarshalCompact(v)
 		if err != nil {
@@ -47,108 +47,6 @@ func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 		vars = append(vars, EnvVar{config.EnvName(b.Name), js})
 	}
 	return vars, nil
-}
-
-// JetStreamConn returns how the bindings of st reach JetStream: the
-// stack's cluster (jetstream.servers, the token by its variable's name,
-// creds, TLS), or up's embedded server at natsURL (none when natsURL is
-// "") with notify.token, which apps find in LOCALCLOUD_NATS_TOKEN.
-func JetStreamConn(st *config.Stack, natsURL string) jsengine.Conn {
-	if st.JetStream.External() {
-		c := jsengine.Conn{Servers: st.JetStream.Servers, TokenEnv: st.JetStream.TokenEnv, Creds: st.JetStream.Creds}
-		if t := st.JetStream.TLS; t != (config.TLS{}) {
-			c.TLS = &jsengine.EnvTLS{CA: t.CA, Cert: t.Cert, Key: t.Key}
-		}
-		return c
-	}
-	c := jsengine.Conn{Servers: []string{}}
-	if natsURL != "" {
-		c.Servers = []string{natsURL}
-	}
-	if st.Notify.Token != "" {
-		c.TokenEnv = bindings.EnvNATSToken
-	}
-	return c
-}
-
-// jsQueueEnv is a jetstream queue binding's JSON: the engine's part and
-// the queue settings of a local-queue binding (queue.ServiceJetStream).
-type jsQueueEnv struct {
-	jsengine.EnvBinding
-	VisibilityTimeout   string               `json:"visibilityTimeout"`
-	VisibilityTimeoutMs *int64               `json:"visibilityTimeoutMs"`
-	MaxAttempts         int                  `json:"maxAttempts,omitempty"`
-	DeadLetter          *queue.EnvDeadLetter `json:"deadLetter,omitempty"`
-	RetryDelay          string               `json:"retryDelay"`
-	RetryDelayMs        *int64               `json:"retryDelayMs"`
-	MaxRetryDelay       string               `json:"maxRetryDelay"`
-	MaxRetryDelayMs     *int64               `json:"maxRetryDelayMs"`
-	DedupWindow         string               `json:"dedupWindow"`
-	DedupWindowMs       *int64               `json:"dedupWindowMs"`
-}
-
-func jetStreamEnv(st *config.Stack, b config.Binding, natsURL string) any {
-	eb := jsengine.EnvBinding{Name: b.Name, Conn: JetStreamConn(st, natsURL), Replicas: b.Replicas, Durability: b.Durability}
-	switch b.Type {
-	case config.TypeKV:
-		eb.Service = kv.ServiceJetStream
-		return eb
-	case config.TypeQueue:
-		eb.Service = queue.ServiceJetStream
-		q := jsQueueEnv{
-			EnvBinding:          eb,
-			VisibilityTimeout:   b.VisibilityTimeout.String(),
-			VisibilityTimeoutMs: ptrTo(b.VisibilityTimeout.Milliseconds()),
-			RetryDelay:          b.RetryDelay.String(),
-			RetryDelayMs:        ptrTo(b.RetryDelay.Milliseconds()),
-			MaxRetryDelay:       b.MaxRetryDelay.String(),
-			MaxRetryDelayMs:     ptrTo(b.MaxRetryDelay.Milliseconds()),
-			DedupWindow:         b.DedupWindow.String(),
-			DedupWindowMs:       ptrTo(b.DedupWindow.Milliseconds()),
-		}
-		if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
-			q.MaxAttempts = b.MaxAttempts
-			q.DeadLetter = &queue.EnvDeadLetter{Binding: dl.Name, Name: dl.Name}
-		}
-		return q
-	}
-	return nil
-}
-
-// sqliteEnv is a sqlite binding's JSON (kv.EnvBinding, queue.EnvBinding); nil for an unknown type.
-func sqliteEnv(st *config.Stack, b config.Binding) any {
-	var v any
-	switch b.Type {
-	case config.TypeKV:
-		v = kv.EnvBinding{Service: kv.Service, DataDir: b.Path, Durability: b.Durability}
-	case config.TypeQueue:
-		ms := b.VisibilityTimeout.Milliseconds()
-		eb := queue.EnvBinding{
-			Service:           queue.Service,
-			QueuePath:         b.Path,
-			Subject:           config.Subject(st.Name, b.Name),
-			VisibilityTimeout: b.VisibilityTimeout.String(),
-			// The same in milliseconds, for apps in any language.
-			VisibilityTimeoutMs: &ms,
-			Durability:          b.Durability,
-			// Consume's retry back-off and the dedup window, so every
-			// process of the app applies the same policy.
-			RetryDelay:      b.RetryDelay.String(),
-			RetryDelayMs:    ptrTo(b.RetryDelay.Milliseconds()),
-			MaxRetryDelay:   b.MaxRetryDelay.String(),
-			MaxRetryDelayMs: ptrTo(b.MaxRetryDelay.Milliseconds()),
-			DedupWindow:     b.DedupWindow.String(),
-			DedupWindowMs:   ptrTo(b.DedupWindow.Milliseconds()),
-		}
-		// The dead-letter policy travels with the binding so every
-		// process of the app enforces it (config checked deadLetter).
-		if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
-			eb.MaxAttempts = b.MaxAttempts
-			eb.DeadLetter = &queue.EnvDeadLetter{Binding: dl.Name, QueuePath: dl.Path}
-		}
-		v = eb
-	}
-	return v
 }
 
 // MarshalCompact encodes v as one line of JSON without HTML escaping, so
@@ -162,5 +60,3 @@ func MarshalCompact(v any) (string, error) {
 	}
 	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
-
-func ptrTo[T any](v T) *T { return &v }

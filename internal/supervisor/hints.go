@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/internal/hintsrc"
 	"github.com/localcloud/localcloud/notify"
 )
@@ -42,11 +43,14 @@ func (s *Supervisor) startHints() *hints {
 // watchLocked starts hints for x when it is a queue. A failure is logged:
 // the queue is served, only without up's hints.
 func (s *Supervisor) watchLocked(x *store) {
-	if s.hints == nil || x.queue == nil || x.js != nil { // JetStream wakes consumers itself
+	if s.hints == nil || x.h.Queue() == nil {
+		return
+	}
+	if t, err := engine.For(x.cfg); err != nil || !t.Traits().Hints { // the others wake consumers themselves
 		return
 	}
 	subject := config.Subject(s.stack.Name, x.cfg.Name)
-	if err := s.hints.src.Add(x.cfg.Name, subject, x.queue); err != nil {
+	if err := s.hints.src.Add(x.cfg.Name, subject, x.h); err != nil {
 		s.log.Warn("no hints from up for this queue (consumers still poll)", keyBinding, x.cfg.Name, keyErr, err)
 	}
 }

@@ -78,7 +78,7 @@ func TestUpHintsFollowTheServedQueues(t *testing.T) {
 	sendOne := func(step, subject string) {
 		t.Helper()
 		s.mu.Lock()
-		q := s.stores["orders"].queue
+		q := s.stores["orders"].h.Queue()
 		s.mu.Unlock()
 		if err := q.Purge(ctx); err != nil {
 			t.Fatal(err)

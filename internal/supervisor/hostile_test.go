@@ -4,6 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // TestHealthReportsATruncatedFile: a database file cut mid-page while up
@@ -37,4 +40,14 @@ func TestHealthReportsATruncatedFile(t *testing.T) {
 	if b, _ := s.Runtime().Binding("orders"); b.Health != HealthOK {
 		t.Errorf("health after the file is whole again = %q", b.Health)
 	}
+}
+
+// dbFile returns the database file of a binding of an engine that keeps
+// one (engine.Place).
+func dbFile(b config.Binding) string {
+	t, err := engine.For(b)
+	if err != nil {
+		return ""
+	}
+	return t.Place(b).File
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/localcloud/localcloud/config"
 )
 
@@ -97,19 +95,12 @@ func (s *Supervisor) apply(ctx context.Context, st *config.Stack, reason string)
 	s.mu.Unlock()
 	var opened []*store
 	if err == nil {
-		local, remote := splitEngines(toOpen)
-		opened, err = openStores(ctx, st, local, s.log, nil)
-		if err == nil && len(remote) > 0 {
-			var jsc *nats.Conn
-			var more []*store
-			if jsc, err = s.jetStream(ctx, st); err == nil {
-				more, err = openStores(ctx, st, remote, s.log, jsc)
-			}
-			if err != nil {
-				closeAll(opened, s.log)
-				opened = nil
-			}
-			opened = append(opened, more...)
+		// reloadMu is held: no other open reads the env's stack meanwhile.
+		prev := s.env.Stack
+		s.env.Stack = st
+		opened, err = openAll(ctx, s.env, toOpen, func() error { return nil })
+		if err != nil {
+			s.env.Stack = prev
 		}
 	}
 	s.mu.Lock()

@@ -2,196 +2,47 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
-	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/engine/jsengine"
-	"github.com/nats-io/nats.go"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
-// store is the open handle of one binding and what its health check
-// compares against.
+// store is the open handle of one binding and its last health.
 type store struct {
 	cfg    config.Binding
-	kv     *kv.Store    // set for a kv binding
-	queue  *queue.Queue // set for a queue binding; later publishes hints and checks data_version
-	file   string       // the database file
-	dirID  fileID       // recorded right after the open
-	fileID fileID
-	// pageSize is the database's page size: its file is always a whole
-	// number of pages.
-	pageSize int64
-	health   string
-	// moves is the unfinished moves out of the store that up left in
-	// place, read at the open (MoveProblems); "" if none.
-	moves string
-	// js is the connection of a jetstream binding (up's, shared by its
-	// jetstream stores); nil for a sqlite binding, which has files.
-	js *nats.Conn
+	h      engine.Handle
+	health string
 }
 
-// dbFile returns the database file of a binding.
-func dbFile(b config.Binding) string {
-	if b.Type == config.TypeQueue {
-		return filepath.Join(b.Path, queue.FileName)
-	}
-	return filepath.Join(b.Path, kv.FileName)
-}
-
-// openStore opens or creates the store of b: directory 0700, file 0600,
-// format marker checked. A store of another format is left untouched. A
-// queue is opened with the stack's rules for moves (QueueOptions), so its
-// open finishes the moves a killed process left toward destinations the
-// stack names, and leaves the others, which its health then reports.
-func openStore(ctx context.Context, st *config.Stack, b config.Binding, log *slog.Logger, jsc *nats.Conn) (*store, error) {
-	d, err := bindings.ParseDurability(b.Durability)
+// openStore opens or creates the store of b through its engine's tools,
+// with the stack's rules (engine.QueueOptions): a SQLite store is a
+// directory 0700 and a file 0600 with its format marker checked (one of
+// another format is left untouched); a jetstream binding is provisioned,
+// failing closed on a stream whose settings contradict it, and never
+// deleted. A queue's open finishes the moves a killed process left toward
+// destinations the stack names, and leaves the others, which its health
+// then reports.
+func openStore(ctx context.Context, env *engine.Env, b config.Binding) (*store, error) {
+	t, err := engine.For(b)
 	if err != nil {
-		return nil, fmt.Errorf("open binding %s: %w", b.Name, err)
+		return nil, err
 	}
-	if b.Engine == config.EngineJetStream {
-		return openJetStream(ctx, st, b, d, log, jsc)
-	}
-	s := &store{cfg: b, file: dbFile(b), health: HealthOK}
-	l := log.With(keyBinding, b.Name)
-	switch b.Type {
-	case config.TypeKV:
-		s.kv, err = kv.Open(ctx, b.Path, kv.WithDurability(d), kv.WithLogger(l))
-	case config.TypeQueue:
-		opts := append([]queue.Option{queue.WithDurability(d), queue.WithLogger(l), queue.WithBindingName(b.Name)}, QueueOptions(st, b)...)
-		if b.VisibilityTimeout > 0 {
-			opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
-		}
-		s.queue, err = queue.Open(ctx, b.Path, opts...)
-	default:
-		err = fmt.Errorf("unknown binding type %q", b.Type)
-	}
+	h, err := t.Open(ctx, env, b, engine.Create)
 	if err != nil {
-		return nil, fmt.Errorf("open %s binding %s in %s: %w", b.Type, b.Name, b.Path, err)
+		return nil, err
 	}
-	di, err1 := os.Stat(b.Path)
-	fi, err2 := os.Stat(s.file)
-	if err1 != nil || err2 != nil {
-		s.closeHandle()
-		return nil, fmt.Errorf("open %s binding %s: stat store: %w", b.Type, b.Name, firstErr(err1, err2))
-	}
-	s.dirID, s.fileID = idOf(di), idOf(fi)
-	if s.kv != nil {
-		s.pageSize = admin.KVDB(s.kv).PageSize
-	} else {
-		eq, err := admin.Queue(s.queue)
-		if err != nil {
-			s.closeHandle()
-			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)
-		}
-		s.pageSize = eq.DB().PageSize
-		refs, err := eq.References(ctx)
-		if err != nil {
-			s.closeHandle()
-			return nil, fmt.Errorf("open %s binding %s: %w", b.Type, b.Name, err)
-		}
-		s.moves = strings.Join(MoveProblems(st, b, refs), "; ")
-	}
-	return s, nil
+	return &store{cfg: b, h: h, health: HealthOK}, nil
 }
 
-// openJetStream provisions binding b on JetStream through jsc: the engine's
-// Open creates the stream (and a queue's consumer) or checks an existing
-// one, and fails closed on one whose settings contradict the binding.
-// Nothing is ever deleted: a removed binding's stream stays.
-func openJetStream(ctx context.Context, st *config.Stack, b config.Binding, d bindings.Durability, log *slog.Logger, jsc *nats.Conn) (*store, error) {
-	if jsc == nil {
-		return nil, fmt.Errorf("open %s binding %s on jetstream: no connection to JetStream", b.Type, b.Name)
+// close releases the handle. A store whose files were deleted or replaced
+// since the open keeps its handle until the process exits (the engine's
+// Close says so), so closing cannot touch the files now at its path.
+func (s *store) close(log *slog.Logger) {
+	if err := s.h.Close(); err != nil {
+		log.Warn("close store", keyBinding, s.cfg.Name, keyPath, s.cfg.Path, keyErr, err)
 	}
-	s := &store{cfg: b, health: HealthOK, js: jsc}
-	l := log.With(keyBinding, b.Name)
-	var err error
-	switch b.Type {
-	case config.TypeKV:
-		s.kv, err = kv.OpenEngine(ctx, jsengine.KV{Conn: jsc, Replicas: b.Replicas}, b.Name, kv.WithDurability(d), kv.WithLogger(l))
-	case config.TypeQueue:
-		opts := append([]queue.Option{queue.WithDurability(d), queue.WithLogger(l), queue.WithBindingName(b.Name)}, QueueOptions(st, b)...)
-		if b.VisibilityTimeout > 0 {
-			opts = append(opts, queue.WithDefaultVisibility(b.VisibilityTimeout))
-		}
-		s.queue, err = queue.OpenEngine(ctx, jsengine.Queue{Conn: jsc, Replicas: b.Replicas}, b.Name, opts...)
-	default:
-		err = fmt.Errorf("unknown binding type %q", b.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s binding %s on jetstream (stream %s): %w", b.Type, b.Name, StreamName(b), err)
-	}
-	return s, nil
-}
-
-// StreamName is the JetStream stream of a jetstream binding: LCKV_<name>
-// for a KV binding, LCQ_<name> for a queue.
-func StreamName(b config.Binding) string {
-	if b.Type == config.TypeQueue {
-		return "LCQ_" + b.Name
-	}
-	return "LCKV_" + b.Name
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *store) closeHandle() error {
-	if s.kv != nil {
-		return s.kv.Close()
-	}
-	if s.queue != nil {
-		return s.queue.Close()
-	}
-	return nil
-}
-
-// close releases the handle, except when the store's directory or file is
-// no longer the one that was opened: then closing would let SQLite
-// checkpoint and delete "<file>-wal" by name, touching the files of
-// whatever now sits at the path. The handle is then left to the process's
-// exit. It reports whether the handle was closed.
-func (s *store) close(log *slog.Logger) bool {
-	if s.js != nil {
-		if err := s.closeHandle(); err != nil {
-			log.Warn("close store", keyBinding, s.cfg.Name, keyErr, err)
-		}
-		return true
-	}
-	if !s.sameIdentity() {
-		log.Warn("store was deleted or replaced; leaving its handle open until exit so closing it cannot touch the files now at its path",
-			keyBinding, s.cfg.Name, keyPath, s.cfg.Path)
-		return false
-	}
-	if err := s.closeHandle(); err != nil {
-		log.Warn("close store", keyBinding, s.cfg.Name, keyErr, err)
-	}
-	return true
-}
-
-// sameIdentity reports whether the directory and the file at the store's
-// path are still the ones that were opened.
-func (s *store) sameIdentity() bool {
-	di, err := os.Stat(s.cfg.Path)
-	if err != nil || idOf(di) != s.dirID {
-		return false
-	}
-	fi, err := os.Stat(s.file)
-	return err == nil && idOf(fi) == s.fileID
 }
 
 // openParallel bounds the stores opened at once: creating a store waits on
@@ -201,7 +52,7 @@ const openParallel = 16
 
 // openStores opens the stores of bs in parallel. On any failure it closes
 // what it opened and returns every error.
-func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log *slog.Logger, jsc *nats.Conn) ([]*store, error) {
+func openStores(ctx context.Context, env *engine.Env, bs []config.Binding) ([]*store, error) {
 	out := make([]*store, len(bs))
 	errs := make([]error, len(bs))
 	sem := make(chan struct{}, openParallel)
@@ -212,7 +63,7 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i], errs[i] = openStore(ctx, st, b, log, jsc)
+			out[i], errs[i] = openStore(ctx, env, b)
 		}()
 	}
 	wg.Wait()
@@ -225,10 +76,51 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 	if len(failed) > 0 {
 		for _, s := range out {
 			if s != nil {
-				_ = s.closeHandle()
+				_ = s.h.Close()
 			}
 		}
 		return nil, joinErrors(failed)
 	}
 	return out, nil
+}
+
+// splitEngines splits bindings into those whose engine keeps them in
+// files and those on up's server (engine.Traits.Server), which open once
+// the server runs.
+func splitEngines(bs []config.Binding) (local, remote []config.Binding, err error) {
+	for _, b := range bs {
+		t, err := engine.For(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if t.Traits().Server {
+			remote = append(remote, b)
+		} else {
+			local = append(local, b)
+		}
+	}
+	return local, remote, nil
+}
+
+// openAll opens the stores of bs: those in files first, then, once up's
+// server runs (serverUp), those on it.
+func openAll(ctx context.Context, env *engine.Env, bs []config.Binding, serverUp func() error) ([]*store, error) {
+	local, remote, err := splitEngines(bs)
+	if err != nil {
+		return nil, err
+	}
+	stores, err := openStores(ctx, env, local)
+	if err != nil || len(remote) == 0 {
+		return stores, err
+	}
+	if err := serverUp(); err != nil {
+		closeAll(stores, slog.New(slog.DiscardHandler))
+		return nil, err
+	}
+	more, err := openStores(ctx, env, remote)
+	if err != nil {
+		closeAll(stores, slog.New(slog.DiscardHandler))
+		return nil, err
+	}
+	return append(stores, more...), nil
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
-	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // Defaults of Options.
@@ -90,10 +90,10 @@ type Supervisor struct {
 	reloadErr    string
 	writeFailing bool // the last runtime.json write failed (logged once)
 	closed       bool
-	// js is up's connection to JetStream (the embedded server in process,
-	// or the stack's cluster), shared by every jetstream store; nil until
-	// the first one opens.
-	js *nats.Conn
+	// env is what the engines' tools share between up's stores (one
+	// connection to JetStream); its Stack is the stack of the last open,
+	// set under reloadMu.
+	env *engine.Env
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -163,28 +163,32 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		srv, err := hintserver.StartServer(ctx, so)
 		natsDone <- natsResult{srv, err}
 	}()
-	local, remote := splitEngines(st.Bindings)
-	stores, storeErr := openStores(ctx, st, local, s.log, nil)
-	nr := <-natsDone
-	s.nats = nr.srv
-	if storeErr == nil && nr.err == nil && len(remote) > 0 {
-		// The jetstream stores need the server (or the cluster).
-		var more []*store
-		jsc, err := s.jetStream(ctx, st)
-		if err == nil {
-			more, err = openStores(ctx, st, remote, s.log, jsc)
-		}
-		stores, storeErr = append(stores, more...), err
+	s.env = &engine.Env{Stack: st, Logger: s.log, Connect: func(name string) (*nats.Conn, error) {
+		return s.nats.Connect(nats.Name(name))
+	}}
+	// The stores in files open while NATS starts; those on its server (or
+	// the stack's cluster) once it runs.
+	var nr natsResult
+	waited := false
+	serverUp := func() error {
+		nr, waited = <-natsDone, true
+		s.nats = nr.srv
+		return nr.err
+	}
+	stores, storeErr := openAll(ctx, s.env, st.Bindings, serverUp)
+	if !waited {
+		_ = serverUp()
 	}
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
-			_ = x.closeHandle()
+			_ = x.h.Close()
 		}
-		if s.js != nil {
-			s.js.Close()
-		}
+		_ = s.env.Close()
 		nr.srv.Shutdown()
 		lock.release()
+		if storeErr != nil && nr.err != nil && errors.Is(storeErr, nr.err) {
+			return nil, storeErr
+		}
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
 	s.hints = s.startHints()
@@ -222,72 +226,29 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 const JetStreamDir = config.JetStreamDir
 
 // embeddedJetStream says whether the embedded server must run JetStream
-// for st (a jetstream binding and no jetstream.servers) and whether its
-// file store must sync every write (a jetstream binding with durability
-// full).
+// for st and whether its file store must sync every write: what the
+// stack's bindings need of it (engine.Tools.Needs).
 func embeddedJetStream(st *config.Stack) (on, syncAlways bool) {
-	if st.JetStream.External() {
-		return false, false
-	}
 	for _, b := range st.Bindings {
-		if b.Engine == config.EngineJetStream {
-			on = true
-			syncAlways = syncAlways || b.Durability == config.DurabilityFull
+		if t, err := engine.For(b); err == nil {
+			n := t.Needs(st, b)
+			on = on || n.JetStream
+			syncAlways = syncAlways || n.SyncAlways
 		}
 	}
 	return on, syncAlways
 }
 
-// warnDurability logs, per jetstream binding with durability full on an
-// outside cluster, that up cannot set the cluster's sync.
+// warnDurability logs what the stack's bindings ask of up's server that it
+// cannot give (durability full on an outside cluster).
 func (s *Supervisor) warnDurability(st *config.Stack) {
-	if !st.JetStream.External() {
-		return
-	}
 	for _, b := range st.Bindings {
-		if b.Engine == config.EngineJetStream && b.Durability == config.DurabilityFull {
-			s.log.Warn("durability full cannot be set from here: on an outside cluster the servers' own sync_interval governs "+
-				"(set sync_interval: always in their jetstream config); localcloud up provisions the stream only", keyBinding, b.Name)
+		if t, err := engine.For(b); err == nil {
+			for _, w := range t.Needs(st, b).Warnings {
+				s.log.Warn(w, keyBinding, b.Name)
+			}
 		}
 	}
-}
-
-// splitEngines splits bindings into sqlite and jetstream ones.
-func splitEngines(bs []config.Binding) (local, remote []config.Binding) {
-	for _, b := range bs {
-		if b.Engine == config.EngineJetStream {
-			remote = append(remote, b)
-		} else {
-			local = append(local, b)
-		}
-	}
-	return local, remote
-}
-
-// jetStream returns up's connection to JetStream for st, connecting on
-// first use: to the embedded server in process, or to the stack's cluster
-// (token from the variable it names, creds, TLS). Only Start and reloads
-// (under reloadMu) call it.
-func (s *Supervisor) jetStream(ctx context.Context, st *config.Stack) (*nats.Conn, error) {
-	s.mu.Lock()
-	jsc := s.js
-	s.mu.Unlock()
-	if jsc != nil && !jsc.IsClosed() {
-		return jsc, nil
-	}
-	var err error
-	if st.JetStream.External() {
-		jsc, err = jsengine.Dial(ctx, JetStreamConn(st, ""), "localcloud-up", nil)
-	} else {
-		jsc, err = s.nats.Connect(nats.Name("localcloud-up-jetstream"))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("connect to JetStream: %w", err)
-	}
-	s.mu.Lock()
-	s.js = jsc
-	s.mu.Unlock()
-	return jsc, nil
 }
 
 // joinErrors joins the non-nil errors; one error is returned as it is.
@@ -354,13 +315,14 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			Durability: b.Durability,
 			Health:     x.health,
 		}
-		if b.Engine == config.EngineJetStream {
-			rb.Stream, rb.Replicas = StreamName(b), b.Replicas
-		}
-		if b.Type == config.TypeQueue {
-			if b.Engine != config.EngineJetStream { // JetStream wakes consumers itself
+		if t, err := engine.For(b); err == nil {
+			p := t.Place(b)
+			rb.Stream, rb.Replicas = p.Stream, p.Replicas
+			if b.Type == config.TypeQueue && t.Traits().Hints { // other engines wake consumers themselves
 				rb.Subject = config.Subject(s.stack.Name, b.Name)
 			}
+		}
+		if b.Type == config.TypeQueue {
 			rb.VisibilityTimeout = b.VisibilityTimeout.String()
 			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
@@ -394,10 +356,10 @@ func (s *Supervisor) KV(name string) (*kv.Store, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x := s.stores[name]
-	if x == nil || x.kv == nil {
+	if x == nil || x.h.KV() == nil {
 		return nil, false
 	}
-	return x.kv, true
+	return x.h.KV(), true
 }
 
 // Queue returns the open handle of the queue binding called name, with the
@@ -406,10 +368,22 @@ func (s *Supervisor) Queue(name string) (*queue.Queue, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x := s.stores[name]
-	if x == nil || x.queue == nil {
+	if x == nil || x.h.Queue() == nil {
 		return nil, false
 	}
-	return x.queue, true
+	return x.h.Queue(), true
+}
+
+// Describe names the engine and format of the binding called name for
+// people ("file (localqueue.v1)", "jetstream R3"); "" for a binding not
+// served.
+func (s *Supervisor) Describe(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x := s.stores[name]; x != nil {
+		return x.h.Describe()
+	}
+	return ""
 }
 
 // Connect opens a client connection to the embedded NATS server, in
@@ -451,10 +425,7 @@ func (s *Supervisor) closeResources() error {
 		x.close(s.log)
 	}
 	s.stores = map[string]*store{}
-	if s.js != nil {
-		_ = s.js.FlushTimeout(time.Second)
-		s.js.Close()
-	}
+	_ = s.env.Close() // up's connection to JetStream, flushed first
 	s.nats.Shutdown()
 	err := removeRuntime(s.dataDir)
 	s.lock.release()

@@ -79,14 +79,14 @@ func TestStartProvisionsAndCloseCleansUp(t *testing.T) {
 	s, file, _ := start(t, stackText("  carts:\n    type: kv", "  orders:\n    type: queue\n    visibilityTimeout: 45s"), Options{NoWatch: true})
 	st := s.Stack()
 	for _, b := range st.Bindings {
-		if m := mode(t, b.Path); m != DirMode {
-			t.Errorf("%s directory mode %04o, want %04o", b.Name, m, DirMode)
+		if m := mode(t, b.Path); m != 0o700 {
+			t.Errorf("%s directory mode %04o, want %04o", b.Name, m, 0o700)
 		}
-		if m := mode(t, dbFile(b)); m != FileMode {
-			t.Errorf("%s file mode %04o, want %04o", b.Name, m, FileMode)
+		if m := mode(t, dbFile(b)); m != 0o600 {
+			t.Errorf("%s file mode %04o, want %04o", b.Name, m, 0o600)
 		}
 	}
-	if m := mode(t, st.DataDir); m != DirMode {
+	if m := mode(t, st.DataDir); m != 0o700 {
 		t.Errorf("data dir mode %04o", m)
 	}
 	rt, running, err := Probe(st.DataDir)
@@ -271,7 +271,7 @@ func TestApplyDiff(t *testing.T) {
 		t.Fatalf("runtime.json = %+v, %v", onDisk, err)
 	}
 	// The old handle of carts still works.
-	if _, err := s.stores["carts"].kv.Put(ctx, "k", []byte("v")); err != nil {
+	if _, err := s.stores["carts"].h.KV().Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "added=fresh") {

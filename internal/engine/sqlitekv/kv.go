@@ -81,6 +81,16 @@ type Engine struct{}
 
 // Open opens the store at cfg.Location: "memory:NAME" or a directory.
 func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
+	s, err := OpenConfig(ctx, cfg)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+// OpenConfig is Open returning the engine's own type, for localcloud's
+// tools, which keep it beside the public handle (kv.New).
+func OpenConfig(ctx context.Context, cfg driver.Config) (*Store, error) {
 	if name, ok := strings.CutPrefix(cfg.Location, MemoryPrefix); ok {
 		return OpenMemory(ctx, name, cfg)
 	}

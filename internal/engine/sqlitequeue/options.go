@@ -35,6 +35,16 @@ type Engine struct{}
 
 // Open opens the queue at cfg.Location: "memory:NAME" or a directory.
 func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error) {
+	q, err := OpenConfig(ctx, cfg)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return q, nil
+}
+
+// OpenConfig is Open returning the engine's own type, for localcloud's
+// tools, which keep it beside the public handle (queue.New).
+func OpenConfig(ctx context.Context, cfg driver.Config) (*Queue, error) {
 	o := options{clock: cfg.Clock, logger: cfg.Logger, durability: bindings.Durability(cfg.Durability),
 		readOnly: cfg.ReadOnly, notifier: cfg.Notifier, binding: cfg.BindingName,
 		targets: append([]string(nil), cfg.MoveTargets...), dedupWindow: cfg.DedupWindow,
@@ -45,11 +55,7 @@ func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error)
 	if cfg.DeadLetter.MaxAttempts > 0 || cfg.DeadLetter.Location != "" {
 		o.dead = deadLetterOptions{maxAttempts: cfg.DeadLetter.MaxAttempts, dlq: cfg.DeadLetter.Location, set: true}
 	}
-	q, err := openLocation(ctx, cfg.Location, o)
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return q, nil
+	return openLocation(ctx, cfg.Location, o)
 }
 
 // WaitChans returns channels that are closed by the next in-process wake

@@ -89,6 +89,9 @@ func (q *Queue) NewProbe(ctx context.Context) (*Probe, error) {
 // Dir returns the store's directory.
 func (p *Probe) Dir() string { return p.dir }
 
+// File returns the base name of the store's database file.
+func (p *Probe) File() string { return FileName }
+
 // DataVersion is SQLite's data_version on the probe's connection: it
 // changes when another connection commits.
 func (p *Probe) DataVersion(ctx context.Context) (int64, error) {

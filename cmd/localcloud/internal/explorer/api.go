@@ -151,19 +151,13 @@ type kvStatsJSON struct {
 	Expired int64 `json:"expired"`
 }
 
-func engineOf(path, marker string) string {
-	if strings.HasPrefix(path, "memory:") {
-		return "memory"
-	}
-	if strings.HasPrefix(path, "jetstream:") {
-		return "jetstream"
-	}
-	return "file (" + marker + ")"
-}
-
 // describe builds the summary of one binding with its counts.
 func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervisor.RuntimeBinding) bindingJSON {
-	out := bindingJSON{Name: b.Name, Type: b.Type, Path: b.Path, Health: b.Health, Subject: b.Subject, DeadLetter: b.DeadLetter, MaxAttempts: b.MaxAttempts}
+	out := bindingJSON{Name: b.Name, Type: b.Type, Path: b.Path, Health: b.Health, Subject: b.Subject, DeadLetter: b.DeadLetter, MaxAttempts: b.MaxAttempts,
+		Engine: s.opts.Source.Describe(b.Name)}
+	if out.Engine == "" {
+		out.Engine = b.Engine // not open
+	}
 	for _, o := range rt.Bindings {
 		if o.DeadLetter == b.Name {
 			out.DeadLetterFor = append(out.DeadLetterFor, o.Name)
@@ -173,13 +167,11 @@ func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervis
 	defer cancel()
 	switch b.Type {
 	case "queue":
-		out.Engine = engineOf(b.Path, queue.Marker)
 		q, ok := s.opts.Source.Queue(b.Name)
 		if !ok {
 			out.CountError = "not open"
 			return out
 		}
-		out.Engine = engineOf(q.Path(), queue.Marker)
 		st, err := q.Stats(ctx)
 		if err != nil {
 			out.CountError = err.Error()
@@ -187,13 +179,11 @@ func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervis
 		}
 		out.Queue = queueStats(st, s.opts.Now())
 	case "kv":
-		out.Engine = engineOf(b.Path, kv.Marker)
 		k, ok := s.opts.Source.KV(b.Name)
 		if !ok {
 			out.CountError = "not open"
 			return out
 		}
-		out.Engine = engineOf(k.Path(), kv.Marker)
 		st, err := k.Stats(ctx)
 		if err != nil {
 			out.CountError = err.Error()

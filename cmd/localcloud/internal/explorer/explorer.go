@@ -54,6 +54,9 @@ type Source interface {
 	// KV and Queue return the open handle of a binding.
 	KV(name string) (*kv.Store, bool)
 	Queue(name string) (*queue.Queue, bool)
+	// Describe names the engine and format of a binding's store ("file
+	// (localqueue.v1)", "jetstream R3"); "" when it is not open.
+	Describe(name string) string
 }
 
 // EnvVar is one variable of the app environment, for the env page.
