@@ -2,7 +2,9 @@ package bindings
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -59,20 +61,11 @@ type EnvSpec[B any] struct {
 // variable.
 func ReadEnv[B any](name string, lookup func(string) (string, bool), spec EnvSpec[B]) (B, error) {
 	var zero B
-	if name == "" {
-		return zero, Errorf(CodeBindingSetupFailed, "binding name: must not be empty")
+	raw, err := EnvValue(name, lookup, spec.Kind)
+	if err != nil {
+		return zero, err
 	}
 	v := EnvName(name)
-	raw, ok := lookup(v)
-	if !ok || strings.TrimSpace(raw) == "" {
-		what := "is not set"
-		if ok {
-			what = "is empty"
-		}
-		return zero, Errorf(CodeBindingSetupFailed,
-			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
-				"and check that the stack has a %s binding called %q", v, what, spec.Kind, name)
-	}
 	var b B
 	if err := json.Unmarshal([]byte(raw), &b); err != nil {
 		return zero, Wrap(CodeBindingSetupFailed, err, "%s: want JSON like %s, got %q", v, spec.Example, snippet(raw))
@@ -94,6 +87,60 @@ func ReadEnv[B any](name string, lookup func(string) (string, bool), spec EnvSpe
 			"%s: durability must be %q or %q, got %q", v, DurabilityNormal, DurabilityFull, durability)
 	}
 	return b, nil
+}
+
+// EnvValue returns the JSON of the binding called name, read with lookup:
+// a missing or empty variable is an error naming it, what to run and the
+// kind of binding ("kv", "queue") the stack should have.
+func EnvValue(name string, lookup func(string) (string, bool), kind string) (string, error) {
+	if name == "" {
+		return "", Errorf(CodeBindingSetupFailed, "binding name: must not be empty")
+	}
+	v := EnvName(name)
+	raw, ok := lookup(v)
+	if !ok || strings.TrimSpace(raw) == "" {
+		what := "is not set"
+		if ok {
+			what = "is empty"
+		}
+		return "", Errorf(CodeBindingSetupFailed,
+			"%s %s; start the program with `localcloud run -- CMD` or `eval \"$(localcloud env)\"`, "+
+				"and check that the stack has a %s binding called %q", v, what, kind, name)
+	}
+	return raw, nil
+}
+
+// Snippet shortens a malformed value for an error message.
+func Snippet(s string) string { return snippet(s) }
+
+// EnvBindings returns the names of the bindings in environ (KEY=VALUE
+// entries) whose JSON names one of the services keep accepts, sorted: the
+// stack's bindings, as FromEnv reports them when it finds no store.
+func EnvBindings(environ []string, keep func(service string) bool) []string {
+	var names []string
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		rest, isBinding := strings.CutPrefix(k, EnvBindingPrefix)
+		if !ok || !isBinding || rest == "" || !keep(EnvService(v)) {
+			continue
+		}
+		names = append(names, strings.ToLower(strings.ReplaceAll(rest, "_", "-")))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// NoStore adds to err, the error of FromEnv's open of the binding in
+// variable v whose store does not exist (bindings.ErrNoStore), what to do
+// and the bindings of this kind ("queue", "KV") that environ has: those
+// whose service keep accepts.
+func NoStore(err error, v, kind string, environ []string, keep func(service string) bool) error {
+	list := "none"
+	if have := EnvBindings(environ, keep); len(have) > 0 {
+		list = strings.Join(have, ", ")
+	}
+	return fmt.Errorf("%w; FromEnv opens only a store the stack provisioned, and created nothing: check %s (%s bindings in this environment: %s); "+
+		"`localcloud run` and `localcloud env` create the stack's stores", err, v, kind, list)
 }
 
 // snippet shortens a malformed value for an error message.
@@ -140,6 +187,18 @@ func (r *Engines[E]) Register(service string, e E) {
 		r.m = map[string]E{}
 	}
 	r.m[service] = e
+}
+
+// Services returns the services registered, sorted.
+func (r *Engines[E]) Services() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.m))
+	for s := range r.m {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Lookup returns the engine registered for service.

@@ -41,6 +41,11 @@ var (
 	ErrLocalFilesystem = &Error{Code: CodeLocalFilesystemError}
 )
 
+// ErrNoStore is wrapped by the error of an open that asked for a store that
+// exists (FromEnv: an app opens only what its stack provisioned) when there
+// is none; nothing was created. Its code is BINDING_SETUP_FAILED.
+var ErrNoStore = errors.New("no such store")
+
 // Error is the error every store operation returns. Msg names the field, the
 // limit and the offending value (or its size); Err is the cause, if any.
 type Error struct {

@@ -241,7 +241,7 @@ func TestAppsUseTheStoresThroughFromEnv(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, m.stderr())
 	}
 	out := m.stdout.String()
-	for _, want := range []string{"setup failed=true", "LOCALCLOUD_BINDING_NOPE is not set", `LOCALCLOUD_BINDING_CARTS: service is "local-kv", want "local-queue"`} {
+	for _, want := range []string{"setup failed=true", "LOCALCLOUD_BINDING_NOPE is not set", `LOCALCLOUD_BINDING_CARTS: service is "local-kv", which no queue engine`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("app output lacks %q:\n%s", want, out)
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -84,12 +84,12 @@ func readLoadLogs(t *testing.T, ms []*loadMember) loadLogs {
 func queueRows(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	q, err := queue.Open(ctx, dir)
+	q, eq, err := sqlitetools.OpenQueue(ctx, dir)
 	if err != nil {
 		t.Fatalf("open the queue store %s: %v", dir, err)
 	}
 	defer q.Close()
-	rows, err := admin.QueueDB(q).R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
+	rows, err := eq.DB().R.QueryContext(ctx, `SELECT payload_data, attempt FROM messages`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +118,12 @@ func queueRows(t *testing.T, dir string) map[string]int {
 func kvRows(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	s, err := kv.Open(ctx, dir)
+	s, es, err := sqlitetools.OpenKV(ctx, dir)
 	if err != nil {
 		t.Fatalf("open the KV store %s: %v", dir, err)
 	}
 	defer s.Close()
-	rows, err := admin.KVDB(s).R.QueryContext(ctx, `SELECT key, value FROM kv`)
+	rows, err := es.DB().R.QueryContext(ctx, `SELECT key, value FROM kv`)
 	if err != nil {
 		t.Fatal(err)
 	}

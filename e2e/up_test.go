@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"context"
-	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"net"
 	"os"
@@ -142,21 +142,21 @@ func readMarker(t *testing.T, typ, dir string) string {
 	var marker string
 	switch typ {
 	case "kv":
-		st, err := kv.Open(ctx, dir, kv.WithReadOnly())
+		st, es, err := sqlitetools.OpenKV(ctx, dir, kv.WithReadOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		if err := admin.KVDB(st).R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
+		if err := es.DB().R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
 			t.Fatal(err)
 		}
 	default:
-		q, err := queue.Open(ctx, dir, queue.WithReadOnly())
+		q, eq, err := sqlitetools.OpenQueue(ctx, dir, queue.WithReadOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer q.Close()
-		if err := admin.QueueDB(q).R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
+		if err := eq.DB().R.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'format'`).Scan(&marker); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,18 +91,34 @@ func prefillQueue(tb testing.TB, dir string, n int) {
 }
 
 // openQueue opens the queue store in dir, closed when the benchmark ends.
+// The SQLite engine's own handle under it is kept for dbOf.
 func openQueue(tb testing.TB, dir string) *queue.Queue {
 	tb.Helper()
-	q, err := queue.Open(context.Background(), dir)
+	q, eq, err := sqlitetools.OpenQueue(context.Background(), dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	engineHandles.Store(q, eq)
 	tb.Cleanup(func() {
+		engineHandles.Delete(q)
 		if err := q.Close(); err != nil {
 			tb.Error(err)
 		}
 	})
 	return q
+}
+
+// engineHandles holds the engine's handle under each queue openQueue
+// opened.
+var engineHandles sync.Map // *queue.Queue -> *sqlitequeue.Queue
+
+// dbOf is the store plumbing under q, which openQueue opened.
+func dbOf(tb testing.TB, q *queue.Queue) *sqlstore.DB {
+	eq, ok := engineHandles.Load(q)
+	if !ok {
+		tb.Fatal("dbOf: the queue was not opened with openQueue")
+	}
+	return eq.(*sqlitequeue.Queue).DB()
 }
 
 // appendMessages adds n due messages at the tail of the queue in one write
@@ -110,7 +128,7 @@ func appendMessages(tb testing.TB, q *queue.Queue, n int) {
 	tb.Helper()
 	ctx := context.Background()
 	at := time.Now().UnixMilli()
-	err := admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
+	err := dbOf(tb, q).Write(ctx, func(tx *sqlstore.Tx) error {
 		for range n {
 			if _, err := tx.Exec(ctx, specSend, string(queue.TypeText), payload100, at); err != nil {
 				return err

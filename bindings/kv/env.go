@@ -2,12 +2,16 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv/driver"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
 // ServiceJetStream is the "service" value of a jetstream KV binding's JSON:
@@ -22,10 +26,16 @@ import (
 // from the variable tokenEnv names; the JSON never holds a secret.
 const ServiceJetStream = jsengine.ServiceKV
 
-func init() { engines.Register(ServiceJetStream, jsengine.EnvKV{}) }
-
-// Service is the "service" value of a KV binding's JSON in the environment.
+// Service is the "service" value of a local-kv binding's JSON in the
+// environment: the SQLite engine's.
 const Service = "local-kv"
+
+// The built-in engines, registered as any other (Register): no blank
+// import needed.
+func init() {
+	engines.Register(Service, sqlitekv.Engine{})
+	engines.Register(ServiceJetStream, jsengine.EnvKV{})
+}
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.
 const EnvBindingPrefix = bindings.EnvBindingPrefix
@@ -56,9 +66,17 @@ func ReadEnv(name string) (EnvBinding, error) { return readEnv(name, os.LookupEn
 
 // FromEnv opens the KV binding called name from the environment that
 // `localcloud run` (or `eval "$(localcloud env)"`) sets up: it reads
-// LOCALCLOUD_BINDING_<NAME>, checks that it describes a KV store and opens
-// the store in its dataDir with its durability. opts are applied after the
-// settings from the environment, so they win.
+// LOCALCLOUD_BINDING_<NAME>, looks up the engine its "service" names (the
+// SQLite engine for "local-kv", JetStream for "jetstream-kv", or one given
+// to Register) and opens the binding's store with it, with its durability.
+// The engine reads where the store is from the rest of the JSON. opts are
+// applied after the settings from the environment, so they win.
+//
+// FromEnv never creates a store: the stack provisions them (localcloud up,
+// run and env). A binding whose store does not exist (a dataDir or a
+// stream name edited by hand, in another case) is an error wrapping
+// bindings.ErrNoStore that names the binding, what was looked for and the
+// KV bindings the environment has. Open and OpenMemory create.
 //
 // A missing variable, malformed JSON or a binding of another service gives
 // an error matching bindings.ErrBindingSetupFailed whose message names the
@@ -67,41 +85,54 @@ func FromEnv(ctx context.Context, name string, opts ...Option) (*Store, error) {
 	return fromEnv(ctx, name, os.LookupEnv, opts)
 }
 
-// engines holds the engines of other services (Register).
+// engines holds the engines by service (Register).
 var engines bindings.Engines[driver.Engine]
 
+// environ lists the environment, for the bindings an error names.
+var environ = os.Environ
+
 // Register makes FromEnv open a binding whose JSON names service with the
-// engine e, which gets the binding's JSON in driver.Config.Binding. The
-// SQLite engine ("local-kv", Service) is built in. Registering a service
-// twice panics.
-func Register(service string, e driver.Engine) {
-	if service == Service {
-		panic("kv: Register: " + Service + " is the built-in SQLite engine")
-	}
-	engines.Register(service, e)
-}
+// engine e, which gets the binding's JSON in driver.Config.Binding (its
+// Location empty: the engine reads it from the JSON) and NoCreate set. The
+// built-in engines are registered the same way ("local-kv",
+// "jetstream-kv"). Registering a service twice panics.
+func Register(service string, e driver.Engine) { engines.Register(service, e) }
 
 func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Store, error) {
-	if raw, ok := lookup(EnvName(name)); ok {
-		if svc := bindings.EnvService(raw); svc != Service {
-			if e, ok := engines.Lookup(svc); ok {
-				s, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw)}, opts)
-				if err != nil {
-					return nil, fmt.Errorf("open KV binding from %s: %w", EnvName(name), err)
-				}
-				return s, nil
-			}
-		}
-	}
-	b, err := readEnv(name, lookup)
+	raw, err := bindings.EnvValue(name, lookup, "kv")
 	if err != nil {
 		return nil, err
 	}
-	d, _ := bindings.ParseDurability(b.Durability) // checked by readEnv
-	all := append([]Option{WithDurability(d)}, opts...)
-	s, err := Open(ctx, b.DataDir, all...)
+	v := EnvName(name)
+	var b struct {
+		Durability string `json:"durability"`
+	}
+	if err := json.Unmarshal([]byte(raw), &b); err != nil {
+		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "%s: want JSON like %s, got %q",
+			v, `{"service":"`+Service+`","dataDir":"/abs/dir"}`, bindings.Snippet(raw))
+	}
+	svc := bindings.EnvService(raw)
+	e, ok := engines.Lookup(svc)
+	if !ok {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: service is %q, which no KV engine of this program serves (it has %s); is %q a KV binding?",
+			v, svc, strings.Join(engines.Services(), ", "), name)
+	}
+	var all []Option
+	if b.Durability != "" {
+		d, err := bindings.ParseDurability(b.Durability)
+		if err != nil {
+			return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
+		}
+		all = append(all, WithDurability(d))
+	}
+	s, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw), NoCreate: true}, append(all, opts...))
 	if err != nil {
-		return nil, fmt.Errorf("open KV binding from %s: %w", EnvName(name), err)
+		if errors.Is(err, bindings.ErrNoStore) {
+			err = bindings.NoStore(err, v, "KV", environ(), func(svc string) bool { _, ok := engines.Lookup(svc); return ok })
+		}
+		return nil, fmt.Errorf("open KV binding from %s: %w", v, err)
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,6 +72,7 @@ func TestFromEnvOpensTheStore(t *testing.T) {
 	env := map[string]string{
 		"LOCALCLOUD_BINDING_CARTS": `{"service":"local-kv","dataDir":"` + dir + `","durability":"full","extra":1}`,
 	}
+	provision(t, dir)
 	s, err := fromEnv(ctx, "carts", mapLookup(env), []Option{WithDurability(bindings.DurabilityNormal)})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +93,7 @@ func TestFromEnvOpensTheStore(t *testing.T) {
 func TestFromEnvProcessEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("LOCALCLOUD_BINDING_CARTS", `{"service":"local-kv","dataDir":"`+dir+`"}`)
+	provision(t, dir)
 	s, err := FromEnv(context.Background(), "carts")
 	if err != nil {
 		t.Fatal(err)
@@ -101,5 +104,49 @@ func TestFromEnvProcessEnvironment(t *testing.T) {
 	}
 	if _, err := FromEnv(context.Background(), "nope"); err == nil || !strings.Contains(err.Error(), "LOCALCLOUD_BINDING_NOPE") {
 		t.Fatalf("FromEnv(nope) = %v", err)
+	}
+}
+
+// provision creates the store in dir, as the stack's tools do before an
+// app's FromEnv.
+func provision(t *testing.T, dir string) {
+	t.Helper()
+	s, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFromEnvCreatesNoStore: a binding whose dataDir names no store (a
+// typo, another case) is refused with an error naming the variable, the
+// file it looked for and the KV bindings of the environment; nothing is
+// created.
+func TestFromEnvCreatesNoStore(t *testing.T) {
+	root := t.TempDir()
+	carts := filepath.Join(root, "kv", "carts")
+	provision(t, carts)
+	t.Setenv(EnvName("carts"), `{"service":"local-kv","dataDir":"`+carts+`"}`)
+	for _, typo := range []string{filepath.Join(root, "kv", "crats"), filepath.Join(root, "kv", "Carts")} {
+		t.Setenv(EnvName("sessions"), `{"service":"local-kv","dataDir":"`+typo+`"}`)
+		s, err := FromEnv(context.Background(), "sessions")
+		if err == nil {
+			s.Close()
+			t.Fatalf("FromEnv with dataDir %s opened a store", typo)
+		}
+		for _, want := range []string{"LOCALCLOUD_BINDING_SESSIONS", filepath.Join(typo, FileName) + " does not exist",
+			"KV bindings in this environment: carts, sessions", "created nothing"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if !errors.Is(err, bindings.ErrNoStore) || !errors.Is(err, bindings.ErrBindingSetupFailed) {
+			t.Errorf("error %v: want ErrNoStore and BINDING_SETUP_FAILED", err)
+		}
+		if _, err := os.Stat(typo); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("FromEnv created %s (%v)", typo, err)
+		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
 	"github.com/localcloud/localcloud/internal/testutil"
@@ -27,6 +30,7 @@ func TestFromEnvJetStream(t *testing.T) {
 	t.Setenv(EnvName("carts"), js)
 	t.Setenv(EnvName("carts2"), js)
 	ctx := t.Context()
+	provisionStream(t, url, "s3cret", "carts")
 	base := jsengine.SharedConns()
 	a, err := FromEnv(ctx, "carts")
 	if err != nil {
@@ -77,5 +81,68 @@ func TestFromEnvJetStreamMissingToken(t *testing.T) {
 	t.Setenv(EnvName("carts"), `{"service":"jetstream-kv","name":"carts","servers":[]}`)
 	if _, err := FromEnv(t.Context(), "carts"); !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), "servers") {
 		t.Fatalf("no servers: got %v", err)
+	}
+}
+
+// provisionStream creates the bucket name on the server at url, as up does
+// before an app's FromEnv.
+func provisionStream(t *testing.T, url, token, name string) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.Token(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := OpenEngine(t.Context(), jsengine.KV{Conn: nc}, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFromEnvJetStreamCreatesNoStream: a jetstream-kv binding whose name is
+// a typo ("crats") or another case ("Carts") of the provisioned bucket's is
+// refused, naming the stream it looked for and the environment's KV
+// bindings; no stream is created.
+func TestFromEnvJetStreamCreatesNoStream(t *testing.T) {
+	url := startJetStream(t, "")
+	provisionStream(t, url, "", "carts")
+	binding := func(name string) string {
+		return fmt.Sprintf(`{"service":"jetstream-kv","name":%q,"servers":[%q],"replicas":1}`, name, url)
+	}
+	t.Setenv(EnvName("carts"), binding("carts"))
+	for _, typo := range []string{"crats", "Carts"} {
+		t.Setenv(EnvName("sessions"), binding(typo))
+		s, err := FromEnv(t.Context(), "sessions")
+		if err == nil {
+			s.Close()
+			t.Fatalf("FromEnv with name %s opened a store", typo)
+		}
+		for _, want := range []string{"LOCALCLOUD_BINDING_SESSIONS", "stream LCKV_" + typo + " does not exist", "KV bindings in this environment: carts, sessions"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if !errors.Is(err, bindings.ErrNoStore) {
+			t.Errorf("error %v: want ErrNoStore", err)
+		}
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []string
+	for n := range js.StreamNames(t.Context()).Name() {
+		streams = append(streams, n)
+	}
+	if strings.Join(streams, ",") != "LCKV_carts" {
+		t.Errorf("streams on the server: %v; want only LCKV_carts", streams)
 	}
 }

@@ -15,7 +15,6 @@ package kv
 import (
 	"context"
 	"encoding/base64"
-	"github.com/localcloud/localcloud/internal/engine/hook"
 	"log/slog"
 	"strings"
 	"time"
@@ -308,7 +307,3 @@ func truncate(s string, n int) string {
 // validKey checks a key or scan prefix: the rule is driver.ValidKey, which
 // engines use too.
 func validKey(field, key string) error { return driver.ValidKey(field, key) }
-
-func init() {
-	hook.KVDriver = func(s any) any { return s.(*Store).drv }
-}

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,7 +60,7 @@ func TestConformanceMemoryServerTime(t *testing.T) {
 func integrityCheck(t *testing.T, s *kv.Store) {
 	t.Helper()
 	var res string
-	if err := admin.KVDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := kv.ExportDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("integrity_check = %q, %v; want ok", res, err)
 	}
 }

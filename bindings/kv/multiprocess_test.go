@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"io"
 	"os"
 	"strconv"
@@ -108,7 +107,7 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 		c.WantSuccess(t, mpLineWaitKV)
 	}
 	var res string
-	if err := admin.KVDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := kv.ExportDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
 	}
 	t.Logf("wins per process over %d rounds: %v", mpRounds, winsPerProcess)

@@ -3,7 +3,6 @@ package queue_test
 import (
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
@@ -194,9 +193,9 @@ VALUES (%d, 'crafted-%d', '%s', '%s', '', 1, NULL, %d)`, i+1, i, dest.loc, dest.
 // mustEngine returns the SQLite engine under q.
 func mustEngine(t *testing.T, q *queue.Queue) *sqlitequeue.Queue {
 	t.Helper()
-	e, err := admin.Queue(q)
-	if err != nil {
-		t.Fatal(err)
+	e := queue.ExportEngine(q)
+	if e == nil {
+		t.Fatalf("%s is not a queue of the SQLite engine", q.Path())
 	}
 	return e
 }

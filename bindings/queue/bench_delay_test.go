@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"io"
 	"os"
 	"os/exec"
@@ -65,7 +64,7 @@ func benchDelayedWake(b *testing.B, url, subject string) {
 			}
 		}
 		due := map[int64]time.Time{}
-		rows, err := admin.QueueDB(q).R.Query("SELECT id, visible_at FROM messages")
+		rows, err := queue.ExportDB(q).R.Query("SELECT id, visible_at FROM messages")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -48,7 +47,7 @@ func hwConsume(t testing.TB, q *queue.Queue, h queue.Handler, opts ...queue.Cons
 func hwCount(t testing.TB, q *queue.Queue) int {
 	t.Helper()
 	var n int
-	if err := admin.QueueDB(q).R.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&n); err != nil {
+	if err := queue.ExportDB(q).R.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

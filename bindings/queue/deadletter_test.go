@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -55,11 +54,11 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	scanPayloads(t, admin.QueueDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
-	if err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
+	scanPayloads(t, queue.ExportDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
+	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, admin.QueueDB(q).R)
+	checkIntegrity(t, queue.ExportDB(q).R)
 	// Never created, or created empty by a process killed before its first
 	// transaction (stat opens no descriptor on the database file).
 	if fi, err := os.Stat(filepath.Join(dlq, queue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
@@ -71,7 +70,7 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 		return st
 	}
 	defer d.Close()
-	scanPayloads(t, admin.QueueDB(d).R, `SELECT r.origin_id, m.payload_type, m.payload_data
+	scanPayloads(t, queue.ExportDB(d).R, `SELECT r.origin_id, m.payload_type, m.payload_data
 FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-letter'`, func(id int64, p string) {
 		if _, dup := st.dead[id]; dup {
 			t.Errorf("origin id %d has two dead letters", id)
@@ -79,10 +78,10 @@ FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-let
 		st.dead[id] = p
 		st.records++
 	})
-	if err := admin.QueueDB(d).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
+	if err := queue.ExportDB(d).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, admin.QueueDB(d).R)
+	checkIntegrity(t, queue.ExportDB(d).R)
 	return st
 }
 
@@ -245,7 +244,7 @@ func TestDeadLetterRecoveryAfterStepTwo(t *testing.T) {
 	want := spendAll(t, src, 5)
 	q := openFile(t, src, queue.WithDeadLetter(1, dlq))
 	// Step 3 fails on this handle's connection only.
-	err := admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
+	err := queue.ExportDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})
@@ -300,7 +299,7 @@ func TestDeadLetterSpecReaders(t *testing.T) {
 		t.Fatal(msgs, err)
 	}
 	// Step 3 fails, so the message stays mid-move in the source.
-	err = admin.QueueDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
+	err = queue.ExportDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})

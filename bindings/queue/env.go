@@ -3,14 +3,17 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 // ServiceJetStream is the "service" value of a jetstream queue binding's
@@ -25,10 +28,16 @@ import (
 // FromEnv opens it on the JetStream engine, built in like the SQLite one.
 const ServiceJetStream = jsengine.ServiceQueue
 
-func init() { engines.Register(ServiceJetStream, jsengine.EnvQueue{}) }
-
-// Service is the "service" value of a queue binding's JSON in the environment.
+// Service is the "service" value of a local-queue binding's JSON in the
+// environment: the SQLite engine's.
 const Service = "local-queue"
+
+// The built-in engines, registered as any other (Register): no blank
+// import needed.
+func init() {
+	engines.Register(Service, sqlitequeue.Engine{})
+	engines.Register(ServiceJetStream, jsengine.EnvQueue{})
+}
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.
 const EnvBindingPrefix = bindings.EnvBindingPrefix
@@ -58,7 +67,6 @@ const EnvBindingPrefix = bindings.EnvBindingPrefix
 type EnvBinding struct {
 	Service   string `json:"service"`
 	QueuePath string `json:"queuePath"`
-	Subject   string `json:"subject,omitempty"`
 	EnvSettings
 }
 
@@ -67,6 +75,9 @@ type EnvBinding struct {
 // local-queue binding, the connection and name of a jetstream-queue one)
 // sit beside them. Every field may be missing (the defaults).
 type EnvSettings struct {
+	// Subject is the subject of the binding's wake-up hints on the stack's
+	// NATS server; "" for an engine that wakes consumers itself.
+	Subject           string `json:"subject,omitempty"`
 	VisibilityTimeout string `json:"visibilityTimeout,omitempty"`
 	// VisibilityTimeoutMs is VisibilityTimeout in whole milliseconds; nil
 	// when missing.
@@ -109,15 +120,25 @@ func ReadEnv(name string) (EnvBinding, error) { return readEnv(name, os.LookupEn
 
 // FromEnv opens the queue binding called name from the environment that
 // `localcloud run` (or `eval "$(localcloud env)"`) sets up: it reads
-// LOCALCLOUD_BINDING_<NAME>, checks that it describes a queue and opens the
-// store in its queuePath with its visibility timeout (as the default
-// visibility of Receive) and durability. When LOCALCLOUD_NATS_URL is set and
-// the binding has a subject, it also turns hints on with
+// LOCALCLOUD_BINDING_<NAME>, looks up the engine its "service" names (the
+// SQLite engine for "local-queue", JetStream for "jetstream-queue", or one
+// given to Register) and opens the binding's store with it, with the
+// binding's queue settings (EnvSettings: visibility timeout as the default
+// lease of Receive, durability, dead-letter policy, retry back-off, dedup
+// window). The engine reads where the store is from the rest of the JSON.
+// When LOCALCLOUD_NATS_URL is set and the binding has a hint subject (a
+// local-queue binding), it also turns hints on with
 // WithHints(LOCALCLOUD_NATS_URL, LOCALCLOUD_NATS_TOKEN, subject), so Send
 // and Nack wake consumers in other processes and ReceiveWait and Consume
 // are woken by them; without it they rely on their fallback poll. opts are
 // applied after the settings from the environment, so they win (pass
 // WithHints("", "", "") to turn hints off).
+//
+// FromEnv never creates a store: the stack provisions them (localcloud up,
+// run and env). A binding whose store does not exist (a queuePath or a
+// stream name edited by hand, in another case) is an error wrapping
+// bindings.ErrNoStore that names the binding, what was looked for and the
+// queue bindings the environment has. Open and OpenMemory create.
 //
 // A missing variable, malformed JSON or a binding of another service gives
 // an error matching bindings.ErrBindingSetupFailed whose message names the
@@ -126,106 +147,88 @@ func FromEnv(ctx context.Context, name string, opts ...Option) (*Queue, error) {
 	return fromEnv(ctx, name, os.LookupEnv, opts)
 }
 
-// engines holds the engines of other services (Register).
+// engines holds the engines by service (Register).
 var engines bindings.Engines[driver.Engine]
 
+// environ lists the environment, for the bindings an error names.
+var environ = os.Environ
+
 // Register makes FromEnv open a binding whose JSON names service with the
-// engine e, which gets the binding's JSON in driver.Config.Binding and the
-// binding's name in driver.Config.BindingName. The SQLite engine
-// ("local-queue", Service) is built in. Registering a service twice panics.
-func Register(service string, e driver.Engine) {
-	if service == Service {
-		panic("queue: Register: " + Service + " is the built-in SQLite engine")
-	}
-	engines.Register(service, e)
-}
+// engine e, which gets the binding's JSON in driver.Config.Binding (its
+// Location empty: the engine reads it from the JSON), the binding's name in
+// driver.Config.BindingName, NoCreate set, and the dead-letter policy's
+// maxAttempts with the location for the engine to read from the JSON. The
+// built-in engines are registered the same way ("local-queue",
+// "jetstream-queue"). Registering a service twice panics.
+func Register(service string, e driver.Engine) { engines.Register(service, e) }
 
 func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool), opts []Option) (*Queue, error) {
-	if raw, ok := lookup(EnvName(name)); ok {
-		if svc := bindings.EnvService(raw); svc == ServiceJetStream {
-			return fromJetStreamEnv(ctx, name, raw, opts)
-		} else if svc != Service {
-			if e, ok := engines.Lookup(svc); ok {
-				all := append([]Option{WithBindingName(name)}, opts...)
-				q, err := openEngine(ctx, e, driver.Config{Binding: []byte(raw)}, all)
-				if err != nil {
-					return nil, fmt.Errorf("open queue binding from %s: %w", EnvName(name), err)
-				}
-				return q, nil
-			}
-		}
-	}
-	b, err := readEnv(name, lookup)
+	raw, err := bindings.EnvValue(name, lookup, "queue")
 	if err != nil {
 		return nil, err
 	}
-	d, _ := bindings.ParseDurability(b.Durability) // checked by readEnv
-	all := []Option{WithDurability(d)}
-	if vt, ok, _ := envVisibility(EnvName(name), b); ok { // checked by readEnv
-		all = append(all, WithDefaultVisibility(vt))
+	v := EnvName(name)
+	var s EnvSettings
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "%s: want JSON like %s, got %q",
+			v, `{"service":"`+Service+`","queuePath":"/abs/dir","subject":"..."}`, bindings.Snippet(raw))
+	}
+	svc := bindings.EnvService(raw)
+	e, ok := engines.Lookup(svc)
+	if !ok {
+		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"%s: service is %q, which no queue engine of this program serves (it has %s); is %q a queue binding?",
+			v, svc, strings.Join(engines.Services(), ", "), name)
+	}
+	all, err := s.options(v)
+	if err != nil {
+		return nil, err
+	}
+	cfg := driver.Config{Binding: []byte(raw), NoCreate: true, DeadLetter: driver.DeadLetter{MaxAttempts: s.MaxAttempts}}
+	if url, _ := lookup(bindings.EnvNATSURL); url != "" && s.Subject != "" {
+		token, _ := lookup(bindings.EnvNATSToken)
+		all = append(all, WithHints(url, token, s.Subject))
 	}
 	all = append(all, WithBindingName(name))
-	pol, _ := envPolicy(EnvName(name), b) // checked by readEnv
-	all = append(all, pol...)
-	if b.MaxAttempts > 0 {
-		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.QueuePath)) // checked by readEnv
-	}
-	if url, _ := lookup(bindings.EnvNATSURL); url != "" && b.Subject != "" {
-		token, _ := lookup(bindings.EnvNATSToken)
-		all = append(all, WithHints(url, token, b.Subject))
-	}
-	q, err := Open(ctx, b.QueuePath, append(all, opts...)...)
+	q, err := openEngine(ctx, e, cfg, append(all, opts...))
 	if err != nil {
-		return nil, fmt.Errorf("open queue binding from %s: %w", EnvName(name), err)
+		if errors.Is(err, bindings.ErrNoStore) {
+			err = bindings.NoStore(err, v, "queue", environ(), func(svc string) bool { _, ok := engines.Lookup(svc); return ok })
+		}
+		return nil, fmt.Errorf("open queue binding from %s: %w", v, err)
 	}
 	return q, nil
 }
 
-// fromJetStreamEnv opens a jetstream queue binding: the engine reads its
-// connection from the JSON, the queue settings become Open options as for
-// a local-queue binding.
-func fromJetStreamEnv(ctx context.Context, name, raw string, opts []Option) (*Queue, error) {
-	v := EnvName(name)
-	var b EnvBinding
-	if err := json.Unmarshal([]byte(raw), &b); err != nil {
-		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "%s: decode binding JSON", v)
+// options are the Open options of the settings s read from variable v, and
+// checks the dead-letter policy's maxAttempts (the engine reads where the
+// dead-letter queue is).
+func (s EnvSettings) options(v string) ([]Option, error) {
+	var all []Option
+	if s.Durability != "" {
+		d, err := bindings.ParseDurability(s.Durability)
+		if err != nil {
+			return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
+				"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, s.Durability)
+		}
+		all = append(all, WithDurability(d))
 	}
-	all := []Option{WithBindingName(name)}
-	vt, ok, err := envVisibility(v, b)
+	vt, ok, err := envVisibility(v, s)
 	if err != nil {
 		return nil, err
 	}
 	if ok {
 		all = append(all, WithDefaultVisibility(vt))
 	}
-	pol, err := envPolicy(v, b)
+	pol, err := envPolicy(v, s)
 	if err != nil {
 		return nil, err
 	}
-	all = append(all, pol...)
-	switch {
-	case b.MaxAttempts < 0 || b.MaxAttempts > MaxAttemptsLimit:
+	if s.MaxAttempts < 0 || s.MaxAttempts > MaxAttemptsLimit {
 		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: maxAttempts must be between 1 and %d, got %d", v, MaxAttemptsLimit, b.MaxAttempts)
-	case b.MaxAttempts > 0 && (b.DeadLetter == nil || b.DeadLetter.Name == ""):
-		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"%s: maxAttempts needs deadLetter.name: a message past maxAttempts must have somewhere to go", v)
-	case b.MaxAttempts > 0:
-		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.Name))
+			"%s: maxAttempts must be between 1 and %d, got %d", v, MaxAttemptsLimit, s.MaxAttempts)
 	}
-	if b.Durability != "" {
-		d, err := bindings.ParseDurability(b.Durability)
-		if err != nil {
-			return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-				"%s: durability must be %q or %q, got %q", v, bindings.DurabilityNormal, bindings.DurabilityFull, b.Durability)
-		}
-		all = append(all, WithDurability(d))
-	}
-	q, err := openEngine(ctx, jsengine.EnvQueue{}, driver.Config{Binding: []byte(raw)}, append(all, opts...))
-	if err != nil {
-		return nil, fmt.Errorf("open queue binding from %s: %w", v, err)
-	}
-	return q, nil
+	return append(all, pol...), nil
 }
 
 // envSpec is what bindings.ReadEnv needs to read a queue binding.
@@ -246,10 +249,10 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 		return EnvBinding{}, err
 	}
 	v := EnvName(name)
-	if _, _, err := envVisibility(v, b); err != nil {
+	if _, _, err := envVisibility(v, b.EnvSettings); err != nil {
 		return EnvBinding{}, err
 	}
-	if _, err := envPolicy(v, b); err != nil {
+	if _, err := envPolicy(v, b.EnvSettings); err != nil {
 		return EnvBinding{}, err
 	}
 	switch {
@@ -270,7 +273,7 @@ func readEnv(name string, lookup func(string) (string, bool)) (EnvBinding, error
 // and whether b gives one: visibilityTimeout, visibilityTimeoutMs, or both
 // when they agree to the millisecond (the string is then used, as it may
 // be finer).
-func envVisibility(v string, b EnvBinding) (time.Duration, bool, error) {
+func envVisibility(v string, b EnvSettings) (time.Duration, bool, error) {
 	var vt time.Duration
 	if b.VisibilityTimeout != "" {
 		var err error
@@ -302,7 +305,7 @@ func envVisibility(v string, b EnvBinding) (time.Duration, bool, error) {
 
 // envPolicy returns the Open options of b's retry back-off and dedup
 // window, read from variable v.
-func envPolicy(v string, b EnvBinding) ([]Option, error) {
+func envPolicy(v string, b EnvSettings) ([]Option, error) {
 	var opts []Option
 	for _, f := range []struct {
 		name     string

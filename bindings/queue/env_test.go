@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,6 +80,8 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 			`","subject":"localcloud.shop.orders.available","visibilityTimeout":"45s","durability":"normal","maxAttempts":5,` +
 			`"deadLetter":{"binding":"orders-dlq","queuePath":"` + dlq + `"},"futureField":true}`,
 	}
+	provision(t, dir)
+	provision(t, dlq)
 	q, err := fromEnv(ctx, "orders", mapLookup(env), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +89,7 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 	if q.visibility != 45*time.Second {
 		t.Errorf("default visibility = %s, want 45s from the environment", q.visibility)
 	}
-	if n, d, b := engineOf(q).DeadLetterPolicy(); n != 5 || d != dlq || b != "orders" {
+	if n, d, b := ExportEngine(q).DeadLetterPolicy(); n != 5 || d != dlq || b != "orders" {
 		t.Errorf("dead-letter policy %d into %q, binding %q; want 5 attempts into %s, binding orders", n, d, b, dlq)
 	}
 	if want := filepath.Join(dir, FileName); q.Path() != want {
@@ -119,6 +122,7 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 func TestFromEnvProcessEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("LOCALCLOUD_BINDING_ORDERS", `{"service":"local-queue","queuePath":"`+dir+`","subject":"s"}`)
+	provision(t, dir)
 	q, err := FromEnv(context.Background(), "orders")
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +137,7 @@ func TestFromEnvTurnsHintsOn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
+	provision(t, dir)
 	binding := `{"service":"local-queue","queuePath":"` + dir + `","subject":"localcloud.shop.orders.available"}`
 	// Nothing is dialed before the first hint or wait, so an unused port is fine.
 	const url = "nats://127.0.0.1:1"
@@ -162,7 +167,7 @@ func TestFromEnvTurnsHintsOn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		url, token, subject := engineOf(q).HintOptions()
+		url, token, subject := ExportEngine(q).HintOptions()
 		if url != c.url || token != c.token || subject != c.subject {
 			t.Errorf("%s: hints (%q, %q, %q), want (%q, %q, %q)", c.name, url, token, subject, c.url, c.token, c.subject)
 		}
@@ -177,6 +182,7 @@ func TestFromEnvVisibilityMillis(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
+	provision(t, dir)
 	base := `{"service":"local-queue","queuePath":"` + dir + `"`
 	for _, c := range []struct {
 		name, fields string
@@ -233,6 +239,7 @@ func TestFromEnvVisibilityMillis(t *testing.T) {
 
 func TestEnvRetryAndDedupPolicy(t *testing.T) {
 	dir := t.TempDir()
+	provision(t, dir)
 	env := func(extra string) func(string) (string, bool) {
 		js := `{"service":"local-queue","queuePath":"` + dir + `"` + extra + `}`
 		return func(k string) (string, bool) {
@@ -268,6 +275,59 @@ func TestEnvRetryAndDedupPolicy(t *testing.T) {
 		_, err := fromEnv(context.Background(), "jobs", env(extra), nil)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "LOCALCLOUD_BINDING_JOBS") {
 			t.Errorf("%s: %v; want an error naming the variable and %q", extra, err, want)
+		}
+	}
+}
+
+// provision creates the queue store in dir, as the stack's tools do before
+// an app's FromEnv.
+func provision(t *testing.T, dir string) {
+	t.Helper()
+	q, err := Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFromEnvCreatesNoStore: a binding whose queuePath, or whose
+// dead-letter queue's, names no store (a typo, another case) is refused
+// with an error naming the variable, the file it looked for and the queue
+// bindings of the environment; nothing is created.
+func TestFromEnvCreatesNoStore(t *testing.T) {
+	root := t.TempDir()
+	orders := filepath.Join(root, "queue", "orders")
+	dlq := filepath.Join(root, "queue", "orders-dlq")
+	provision(t, orders)
+	provision(t, dlq)
+	t.Setenv(EnvName("orders"), `{"service":"local-queue","queuePath":"`+orders+`"}`)
+	binding := func(path, dead string) string {
+		return `{"service":"local-queue","queuePath":"` + path + `","maxAttempts":3,"deadLetter":{"binding":"dlq","queuePath":"` + dead + `"}}`
+	}
+	for _, c := range []struct{ path, dlq, missing, what string }{
+		{filepath.Join(root, "queue", "ordres"), dlq, filepath.Join(root, "queue", "ordres"), "queue"},
+		{filepath.Join(root, "queue", "Orders"), dlq, filepath.Join(root, "queue", "Orders"), "queue"},
+		{orders, filepath.Join(root, "queue", "orders-dql"), filepath.Join(root, "queue", "orders-dql"), "dead-letter queue"},
+	} {
+		t.Setenv(EnvName("payments"), binding(c.path, c.dlq))
+		q, err := FromEnv(context.Background(), "payments")
+		if err == nil {
+			q.Close()
+			t.Fatalf("FromEnv of %s (dead letters into %s) opened a queue", c.path, c.dlq)
+		}
+		for _, want := range []string{"LOCALCLOUD_BINDING_PAYMENTS", "the " + c.what + " store " + filepath.Join(c.missing, FileName) + " does not exist",
+			"queue bindings in this environment: orders, payments", "created nothing"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if !errors.Is(err, bindings.ErrNoStore) || !errors.Is(err, bindings.ErrBindingSetupFailed) {
+			t.Errorf("error %v: want ErrNoStore and BINDING_SETUP_FAILED", err)
+		}
+		if _, err := os.Stat(c.missing); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("FromEnv created %s (%v)", c.missing, err)
 		}
 	}
 }

@@ -2,13 +2,28 @@ package queue
 
 import (
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/notify"
 )
 
 // Test-only bridges for the external tests in package queue_test to the
 // SQLite engine under a handle.
 
-func engineOf(q *Queue) *sqlitequeue.Queue { return q.drv.(*sqlitequeue.Queue) }
+// ExportEngine returns the SQLite queue under q, for tests that read its
+// tables; nil for a queue of another engine.
+func ExportEngine(q *Queue) *sqlitequeue.Queue {
+	e, _ := q.drv.(*sqlitequeue.Queue)
+	return e
+}
+
+// ExportDB returns the store plumbing of the SQLite queue under q; nil for
+// a queue of another engine.
+func ExportDB(q *Queue) *sqlstore.DB {
+	if e := ExportEngine(q); e != nil {
+		return e.DB()
+	}
+	return nil
+}
 
 // ExportSetMaxMovesPerClaim sets the cap of dead letters one claim starts.
 // For the crash test's helper process only: it is not safe while handles
@@ -35,11 +50,11 @@ func ExportWithoutLocalWake() Option { return func(o *options) { o.wake.noLocalW
 
 // ExportHintWakes returns how many hints (and reconnections) the handle's
 // shared subscription has seen, making the subscription if needed.
-func ExportHintWakes(q *Queue) uint64 { return engineOf(q).HintWakes() }
+func ExportHintWakes(q *Queue) uint64 { return ExportEngine(q).HintWakes() }
 
 // ExportWaiting returns how many ReceiveWait and Consume goroutines of the
 // handle are blocked waiting for a wake-up.
 func ExportWaiting(q *Queue) int { return int(q.waiting.Load()) }
 
 // ExportHintStats returns the counters of the handle's shared publisher.
-func ExportHintStats(q *Queue) notify.PublisherStats { return engineOf(q).HintStats() }
+func ExportHintStats(q *Queue) notify.PublisherStats { return ExportEngine(q).HintStats() }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -231,7 +230,7 @@ func FuzzPayload(f *testing.F) {
 		if blob {
 			col = []byte(text)
 		}
-		if _, err := admin.QueueDB(q).Exec(ctx, foreignSend, typ, col, time.Now().UnixMilli()); err != nil {
+		if _, err := queue.ExportDB(q).Exec(ctx, foreignSend, typ, col, time.Now().UnixMilli()); err != nil {
 			t.Fatalf("foreign insert: %v", err)
 		}
 		got := receiveOnly(t, q)

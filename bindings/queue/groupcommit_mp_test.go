@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/queue"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
@@ -136,7 +135,7 @@ func TestMultiProcessGroupCommit(t *testing.T) {
 	if n := rawCountRows(t, q); n != 0 {
 		t.Errorf("%d messages left after every ack held; want 0 (a lost ack)", n)
 	}
-	checkIntegrity(t, admin.QueueDB(q).R)
+	checkIntegrity(t, queue.ExportDB(q).R)
 	if commits == 0 || commits >= writes {
 		t.Errorf("%d single-statement writes took %d commits: no group commit happened", writes, commits)
 	}
@@ -257,7 +256,7 @@ func groupProcess(dir, proc string, per int, in io.Reader, out, errOut io.Writer
 	}
 	drain.Store(true)
 	all.Wait()
-	say("groups\t%d\t%d", writes.Load(), admin.QueueDB(q).GroupCommits())
+	say("groups\t%d\t%d", writes.Load(), queue.ExportDB(q).GroupCommits())
 	if len(errs) > 0 {
 		return fail("%s", strings.Join(errs, "; "))
 	}

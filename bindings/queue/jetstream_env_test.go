@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
@@ -31,6 +35,7 @@ func TestFromEnvJetStream(t *testing.T) {
 		`"maxRetryDelay":"1s","maxRetryDelayMs":1000,"dedupWindow":"5m","dedupWindowMs":300000,"durability":"normal"}`, url)
 	t.Setenv(EnvName("orders"), js)
 	ctx := t.Context()
+	provisionStream(t, url, "orders")
 	base := jsengine.SharedConns()
 	prod, err := FromEnv(ctx, "orders")
 	if err != nil {
@@ -100,5 +105,75 @@ func TestFromEnvJetStreamMistakes(t *testing.T) {
 		if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s:\n got %v\nwant BINDING_SETUP_FAILED with %q", c.js, err, c.want)
 		}
+	}
+}
+
+// provisionStream creates the queue name on the server at url, as up does
+// before an app's FromEnv.
+func provisionStream(t *testing.T, url, name string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	q, err := OpenEngine(t.Context(), jsengine.Queue{Conn: nc}, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFromEnvJetStreamCreatesNoStream: a jetstream-queue binding whose
+// name, or whose dead-letter queue's, is a typo ("ordres") or another case
+// ("Orders") of a provisioned queue's is refused, naming the stream it
+// looked for and the environment's queue bindings; no stream is created.
+func TestFromEnvJetStreamCreatesNoStream(t *testing.T) {
+	url := startJetStream(t)
+	provisionStream(t, url, "orders")
+	provisionStream(t, url, "orders-dlq")
+	binding := func(name, dlq string) string {
+		return fmt.Sprintf(`{"service":"jetstream-queue","name":%q,"servers":[%q],"replicas":1,"maxAttempts":3,"deadLetter":{"binding":"dlq","name":%q}}`, name, url, dlq)
+	}
+	t.Setenv(EnvName("orders"), binding("orders", "orders-dlq"))
+	for _, c := range []struct{ name, dlq, missing, what string }{
+		{"ordres", "orders-dlq", "LCQ_ordres", "queue"},
+		{"Orders", "orders-dlq", "LCQ_Orders", "queue"},
+		{"orders", "orders-dql", "LCQ_orders-dql", "dead-letter queue"},
+	} {
+		t.Setenv(EnvName("payments"), binding(c.name, c.dlq))
+		q, err := FromEnv(t.Context(), "payments")
+		if err == nil {
+			q.Close()
+			t.Fatalf("FromEnv of %s (dead letters into %s) opened a queue", c.name, c.dlq)
+		}
+		for _, want := range []string{"LOCALCLOUD_BINDING_PAYMENTS", "the " + c.what + " stream " + c.missing + " does not exist",
+			"queue bindings in this environment: orders, payments"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		if !errors.Is(err, bindings.ErrNoStore) {
+			t.Errorf("error %v: want ErrNoStore", err)
+		}
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []string
+	for n := range js.StreamNames(t.Context()).Name() {
+		streams = append(streams, n)
+	}
+	slices.Sort(streams)
+	if strings.Join(streams, ",") != "LCQ_orders,LCQ_orders-dlq" {
+		t.Errorf("streams on the server: %v; want only LCQ_orders and LCQ_orders-dlq", streams)
 	}
 }

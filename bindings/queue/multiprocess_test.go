@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -62,7 +61,7 @@ func TestMultiProcessReceive(t *testing.T) {
 
 	// What was stored: id -> "type\tdata".
 	want := map[int64]string{}
-	scanPayloads(t, admin.QueueDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { want[id] = p })
+	scanPayloads(t, queue.ExportDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { want[id] = p })
 	if len(want) != messages {
 		t.Fatalf("%d rows stored; want %d", len(want), messages)
 	}
@@ -143,7 +142,7 @@ func TestMultiProcessReceive(t *testing.T) {
 	if n := rawCountRows(t, q); n != 0 {
 		t.Errorf("%d messages left after every ack; want 0", n)
 	}
-	checkIntegrity(t, admin.QueueDB(q).R)
+	checkIntegrity(t, queue.ExportDB(q).R)
 	t.Logf("sent %d in %v; %d processes x %d goroutines acked them in %v (%.0f msg/s); per process %v",
 		messages, sendTime.Round(time.Millisecond), mpProcesses, mpGoroutines,
 		consumeTime.Round(time.Millisecond), float64(messages)/consumeTime.Seconds(), perProcess)
@@ -197,7 +196,7 @@ func mpPayload(i int) queue.Payload {
 func rawCountRows(t *testing.T, q *queue.Queue) int {
 	t.Helper()
 	var n int
-	if err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil {
+	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -29,7 +29,6 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
-	"github.com/localcloud/localcloud/internal/engine/hook"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
@@ -679,8 +678,4 @@ func (q *Queue) Redrive(ctx context.Context, opts ...RedriveOption) (RedriveResu
 // off it; it must not block.
 type Notifier interface {
 	MessageDue()
-}
-
-func init() {
-	hook.QueueDriver = func(q any) any { return q.(*Queue).drv }
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"os"
 	"path/filepath"
@@ -105,7 +104,7 @@ var sqliteCaps = queuetest.Capabilities{ControlsTime: true, IDUUIDReceipts: true
 func integrityCheck(t *testing.T, q *queue.Queue) {
 	t.Helper()
 	var res string
-	if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
 	}
 }
@@ -128,7 +127,7 @@ func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
 	}
 	var receipt *string
 	var attempt int
-	err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT receipt_handle, attempt FROM messages WHERE id = ?", m.ID).Scan(&receipt, &attempt)
+	err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT receipt_handle, attempt FROM messages WHERE id = ?", m.ID).Scan(&receipt, &attempt)
 	if err != nil {
 		t.Fatalf("read message %d: %v", m.ID, err)
 	}
@@ -145,7 +144,7 @@ func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
 // the file's schema is unchanged and nobody else sees it.
 func refuseSends(t *testing.T, q *queue.Queue, data string) (undo func()) {
 	t.Helper()
-	db := admin.QueueDB(q)
+	db := queue.ExportDB(q)
 	err := db.Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE INSERT ON main.messages
 WHEN NEW.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT RAISE(ABORT, 'queuetest: refused insert'); END`)
@@ -245,10 +244,10 @@ func TestFileModes(t *testing.T) {
 			wantMode(t, filepath.Join(dir, queue.FileName+"-wal"), 0o600)
 			wantMode(t, filepath.Join(dir, queue.FileName+"-shm"), 0o600)
 			var mode string
-			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, admin.QueueDB(q).R)
+			checkIntegrity(t, queue.ExportDB(q).R)
 		})
 	}
 }
@@ -584,7 +583,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 		"probe":   `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`,
 	} {
 		for _, limit := range []int{1, queue.MaxReceiveBatch} { // SQLite plans with the bound LIMIT
-			rows, err := admin.QueueDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
+			rows, err := queue.ExportDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -612,7 +611,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 
 func explain(t *testing.T, q *queue.Queue, stmt string, args ...any) string {
 	t.Helper()
-	rows, err := admin.QueueDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
+	rows, err := queue.ExportDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +651,7 @@ func TestMemoryGoneWhenLastHandleCloses(t *testing.T) {
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("after every handle closed: %d messages, %v; want an empty queue", len(msgs), err)
 	}
-	checkIntegrity(t, admin.QueueDB(c).R)
+	checkIntegrity(t, queue.ExportDB(c).R)
 }
 
 func TestMemorySharedWhileOpen(t *testing.T) {
@@ -675,10 +674,10 @@ func TestMemorySharedWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := admin.QueueDB(b).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
+	if err := queue.ExportDB(b).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("COUNT(*) = %d, %v after an ack on a third handle; want 0", n, err)
 	}
-	checkIntegrity(t, admin.QueueDB(b).R)
+	checkIntegrity(t, queue.ExportDB(b).R)
 }
 
 func TestMemoryNamesIndependent(t *testing.T) {
@@ -860,14 +859,14 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 				t.Fatal(err)
 			}
 			var n int
-			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
+			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("COUNT(*) = %d, %v; want 1", n, err)
 			}
 			var mode string
-			if err := admin.QueueDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, admin.QueueDB(q).R)
+			checkIntegrity(t, queue.ExportDB(q).R)
 		})
 	}
 }
@@ -963,5 +962,5 @@ func TestSpecReaderReadsLocalcloudStore(t *testing.T) {
 	if !errors.Is(err, queue.ErrStaleReceipt) {
 		t.Fatalf("ack with the spec reader's old receipt: %v; want ErrStaleReceipt", err)
 	}
-	checkIntegrity(t, admin.QueueDB(q).R)
+	checkIntegrity(t, queue.ExportDB(q).R)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/engine"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/hintserver"
@@ -56,7 +55,7 @@ func hwOpen(t testing.TB, dir string, opts ...queue.Option) *queue.Queue {
 	}
 	t.Cleanup(func() {
 		var res string
-		if err := admin.QueueDB(q).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+		if err := queue.ExportDB(q).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 			t.Errorf("integrity_check of %s: %q, %v", q.Path(), res, err)
 		}
 		if err := q.Close(); err != nil {
@@ -378,7 +377,7 @@ VALUES ('text', 'leased', ?1, ?2, 1, '00000000-0000-4000-8000-000000000000')`, n
 func hwVisibleAt(t testing.TB, q *queue.Queue, id int64) time.Time {
 	t.Helper()
 	var v int64
-	if err := admin.QueueDB(q).R.QueryRow(`SELECT visible_at FROM messages WHERE id = ?`, id).Scan(&v); err != nil {
+	if err := queue.ExportDB(q).R.QueryRow(`SELECT visible_at FROM messages WHERE id = ?`, id).Scan(&v); err != nil {
 		t.Fatal(err)
 	}
 	return time.UnixMilli(v)
@@ -389,7 +388,7 @@ func hwVisibleAt(t testing.TB, q *queue.Queue, id int64) time.Time {
 func TestNextVisibleUsesSpecIndex(t *testing.T) {
 	t.Parallel()
 	q := hwOpen(t, t.TempDir())
-	rows, err := admin.QueueDB(q).R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
+	rows, err := queue.ExportDB(q).R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -45,7 +46,7 @@ func (c *envCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	vars, err := c.app.stackEnv(*file, "env")
+	vars, err := c.app.stackEnv(ctx, *file, "env")
 	if err != nil {
 		return err
 	}
@@ -65,12 +66,14 @@ func (c *envCommand) Run(ctx context.Context, args []string) error {
 type envVar = supervisor.EnvVar
 
 // stackEnv loads the stack file and returns the app's environment (appEnv),
-// printing its note, if any, on stderr as from localcloud cmd.
-func (a *app) stackEnv(file, cmd string) ([]envVar, error) {
+// printing its note, if any, on stderr as from localcloud cmd. It first
+// makes sure the stack's stores exist (provision).
+func (a *app) stackEnv(ctx context.Context, file, cmd string) ([]envVar, error) {
 	st, err := a.loadStack(file)
 	if err != nil {
 		return nil, err
 	}
+	a.provision(ctx, st, cmd)
 	vars, note, err := appEnv(st)
 	if err != nil {
 		return nil, err
@@ -79,6 +82,32 @@ func (a *app) stackEnv(file, cmd string) ([]envVar, error) {
 		fmt.Fprintf(a.stderr, "localcloud %s: %s\n", cmd, note)
 	}
 	return vars, nil
+}
+
+// provision makes sure the stack's stores exist, as up does, when no up
+// serves the stack: an app's FromEnv opens only what its stack
+// provisioned, so apps work without up. A store that cannot be made (on
+// up's embedded JetStream while up is stopped, a cluster out of reach, a
+// file of another format) is reported on stderr as from localcloud cmd;
+// the app's FromEnv then says what is missing.
+func (a *app) provision(ctx context.Context, st *config.Stack, cmd string) {
+	env := engineEnv(st)
+	defer env.Close()
+	if env.UpRunning {
+		return // up made them, and makes those of every reload
+	}
+	for _, b := range st.Bindings {
+		t, err := toolsOf(b)
+		if err == nil {
+			var h engine.Handle
+			if h, err = t.Open(ctx, env, b, engine.Create); err == nil {
+				err = h.Close()
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "localcloud %s: binding %s: its store is not made: %s\n", cmd, b.Name, oneLine(err.Error()))
+		}
+	}
 }
 
 // appEnv returns the variables of the app contract for st

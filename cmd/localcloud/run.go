@@ -33,7 +33,7 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 	if fs.NArg() == 0 {
 		return &usageError{msg: "run needs a command to run", try: "localcloud run -f stack.yaml -- CMD ARGS..."}
 	}
-	vars, err := c.app.stackEnv(*file, "run")
+	vars, err := c.app.stackEnv(ctx, *file, "run")
 	if err != nil {
 		return err
 	}

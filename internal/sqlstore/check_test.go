@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/admin"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"io"
 	"net/url"
@@ -337,7 +337,7 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	if got := strings.Join(names, " "); got != ".localkv.sqlite.lock localkv.sqlite localkv.sqlite.replaced-20250102T030405Z" {
 		t.Errorf("store dir holds %s", got)
 	}
-	r, err := kv.Open(ctx, liveDir)
+	r, er, err := sqlitetools.OpenKV(ctx, liveDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 		t.Error("restored store lacks the backup's key")
 	}
 	var mode string
-	if err := admin.KVDB(r).R.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+	if err := er.DB().R.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 		t.Errorf("journal_mode %q %v", mode, err)
 	}
 	if v := verify(t, res.Replaced, sqlitekv.Format()); !v.OK() {

@@ -50,6 +50,11 @@ type Config struct {
 	Durability string
 	// ReadOnly asks for a handle that creates and changes nothing.
 	ReadOnly bool
+	// NoCreate asks for a read-write handle on a store that exists: when
+	// there is none, Open creates nothing and fails with an error that
+	// wraps bindings.ErrNoStore and says what it looked for. FromEnv sets
+	// it (an app opens only what its stack provisioned).
+	NoCreate bool
 }
 
 // Put is one Put's options.

@@ -97,6 +97,11 @@ type Config struct {
 	Durability string
 	// ReadOnly asks for a handle that creates and changes nothing.
 	ReadOnly bool
+	// NoCreate asks for a read-write handle on a store that exists: when
+	// there is none, Open creates nothing and fails with an error that
+	// wraps bindings.ErrNoStore and says what it looked for. FromEnv sets
+	// it (an app opens only what its stack provisioned).
+	NoCreate bool
 	// DeadLetter is the dead-letter policy; MaxAttempts 0 means none.
 	DeadLetter DeadLetter
 	// MoveTargets are further queues toward which the handle may finish

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings"
 	kvdriver "github.com/localcloud/localcloud/bindings/kv/driver"
@@ -239,6 +241,11 @@ type EnvKV struct{}
 func (EnvKV) Open(ctx context.Context, cfg kvdriver.Config) (kvdriver.Store, error) {
 	st, release, err := openShared(ctx, cfg.Binding, ServiceKV, func(nc *nats.Conn, b EnvBinding) (kvdriver.Store, error) {
 		cfg.Location = b.Name
+		if cfg.NoCreate {
+			if err := needStream(ctx, nc, "KV store", "LCKV_"+b.Name); err != nil {
+				return nil, err
+			}
+		}
 		return KV{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
 	})
 	if err != nil {
@@ -286,8 +293,21 @@ type EnvQueue struct{}
 
 // Open opens the queue cfg.Binding describes.
 func (EnvQueue) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, error) {
+	dlq, err := envDeadLetter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DeadLetter.Location = dlq
 	q, release, err := openShared(ctx, cfg.Binding, ServiceQueue, func(nc *nats.Conn, b EnvBinding) (qdriver.Queue, error) {
 		cfg.Location = b.Name
+		if cfg.NoCreate {
+			if err := needStream(ctx, nc, "queue", "LCQ_"+b.Name); err != nil {
+				return nil, err
+			}
+			if err := needStream(ctx, nc, "dead-letter queue", "LCQ_"+dlq); dlq != "" && err != nil {
+				return nil, err
+			}
+		}
 		return Queue{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
 	})
 	if err != nil {
@@ -301,4 +321,45 @@ func (EnvQueue) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, er
 		release()
 	}()
 	return q, nil
+}
+
+// envDeadLetter is the dead-letter queue of cfg's policy: its own, or, when
+// it has maxAttempts only (FromEnv), deadLetter.name of the binding's JSON.
+func envDeadLetter(cfg qdriver.Config) (string, error) {
+	if cfg.DeadLetter.MaxAttempts <= 0 || cfg.DeadLetter.Location != "" {
+		return cfg.DeadLetter.Location, nil
+	}
+	var b struct {
+		DeadLetter *struct {
+			Name string `json:"name"`
+		} `json:"deadLetter"`
+	}
+	if err := json.Unmarshal(cfg.Binding, &b); err != nil {
+		return "", bindings.Wrap(bindings.CodeBindingSetupFailed, err, "decode %s binding JSON", ServiceQueue)
+	}
+	if b.DeadLetter == nil || b.DeadLetter.Name == "" {
+		return "", bindings.Errorf(bindings.CodeBindingSetupFailed,
+			"maxAttempts needs deadLetter.name: a message past maxAttempts must have somewhere to go")
+	}
+	return b.DeadLetter.Name, nil
+}
+
+// needStream fails, wrapping bindings.ErrNoStore, when the stream name of
+// a what ("queue") does not exist: a FromEnv open (driver
+// Config.NoCreate) creates none. Stream names are case-sensitive, so
+// "LCQ_Orders" is not "LCQ_orders".
+func needStream(ctx context.Context, nc *nats.Conn, what, name string) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return &bindings.Error{Code: bindings.CodeBindingSetupFailed, Err: bindings.ErrNoStore,
+			Msg: fmt.Sprintf("the %s stream %s does not exist on %s", what, name, nc.ConnectedUrlRedacted())}
+	case err != nil:
+		return fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/internal/clock"
-	"github.com/localcloud/localcloud/internal/engine/admin"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
 // What the SQLite engine stores, beyond what the conformance suite
@@ -17,23 +17,37 @@ import (
 
 var ctx = context.Background()
 
-func rawCount(t *testing.T, s *kv.Store, where string, args ...any) int {
+// store is the public handle with the engine's own beside it.
+type store struct {
+	*kv.Store
+	e *sqlitekv.Store
+}
+
+func rawCount(t *testing.T, s store, where string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := admin.KVDB(s).R.QueryRow("SELECT COUNT(*) FROM kv WHERE "+where, args...).Scan(&n); err != nil {
+	if err := s.e.DB().R.QueryRow("SELECT COUNT(*) FROM kv WHERE "+where, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func open(t *testing.T, c *clock.Fake) *kv.Store {
+func open(t *testing.T, c *clock.Fake) store {
 	t.Helper()
-	s, err := kv.Open(ctx, filepath.Join(t.TempDir(), "kv"), kv.WithClock(c.Now))
+	cfg, err := kv.EngineConfig(filepath.Join(t.TempDir(), "kv"), kv.WithClock(c.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sqlitekv.OpenConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kv.New(e)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return store{s, e}
 }
 
 func TestExpiresAtInMillis(t *testing.T) {
@@ -44,7 +58,7 @@ func TestExpiresAtInMillis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var exp int64
-	if err := admin.KVDB(s).R.QueryRow("SELECT expires_at FROM kv WHERE key = 'session'").Scan(&exp); err != nil {
+	if err := s.e.DB().R.QueryRow("SELECT expires_at FROM kv WHERE key = 'session'").Scan(&exp); err != nil {
 		t.Fatal(err)
 	}
 	if want := c.Now().UnixMilli() + 1500; exp != want {

@@ -4,7 +4,9 @@
 // handles and OS processes. It implements bindings/kv/driver; apps reach it
 // through package kv, which validates every argument first. The SQLite-only
 // operations (the *sqlstore.DB for check, backup, restore and raw reads)
-// are for localcloud's own tools, through internal/engine/admin.
+// are for localcloud's own tools: internal/engine/sqlitetools opens the
+// engine with OpenConfig and keeps this handle beside the public one
+// (kv.New).
 package sqlitekv
 
 import (
@@ -91,6 +93,17 @@ func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Store, error)
 // OpenConfig is Open returning the engine's own type, for localcloud's
 // tools, which keep it beside the public handle (kv.New).
 func OpenConfig(ctx context.Context, cfg driver.Config) (*Store, error) {
+	if cfg.Location == "" && cfg.Binding != nil {
+		var err error
+		if cfg, err = bindingConfig(cfg); err != nil { // env.go
+			return nil, err
+		}
+	}
+	if cfg.NoCreate {
+		if err := needStore(cfg.Location); err != nil {
+			return nil, err
+		}
+	}
 	if name, ok := strings.CutPrefix(cfg.Location, MemoryPrefix); ok {
 		return OpenMemory(ctx, name, cfg)
 	}

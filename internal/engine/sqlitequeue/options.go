@@ -45,6 +45,17 @@ func (Engine) Open(ctx context.Context, cfg driver.Config) (driver.Queue, error)
 // OpenConfig is Open returning the engine's own type, for localcloud's
 // tools, which keep it beside the public handle (queue.New).
 func OpenConfig(ctx context.Context, cfg driver.Config) (*Queue, error) {
+	if cfg.Location == "" && cfg.Binding != nil {
+		var err error
+		if cfg, err = bindingConfig(cfg); err != nil { // env.go
+			return nil, err
+		}
+	}
+	if cfg.NoCreate {
+		if err := needStores(cfg.Location, cfg.DeadLetter.Location); err != nil {
+			return nil, err
+		}
+	}
 	o := options{clock: cfg.Clock, logger: cfg.Logger, durability: bindings.Durability(cfg.Durability),
 		readOnly: cfg.ReadOnly, notifier: cfg.Notifier, binding: cfg.BindingName,
 		targets: append([]string(nil), cfg.MoveTargets...), dedupWindow: cfg.DedupWindow,

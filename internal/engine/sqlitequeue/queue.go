@@ -10,8 +10,9 @@
 // It implements bindings/queue/driver; apps reach it through package queue,
 // which checks every argument first and runs Consume and ReceiveWait over
 // it. The SQLite-only parts (the *sqlstore.DB for check, backup, restore
-// and raw reads; Probe for the hint source) are for localcloud's own tools,
-// through internal/engine/admin.
+// and raw reads; Probe for the hint source; Tail) are for localcloud's own
+// tools: internal/engine/sqlitetools opens the engine with OpenConfig and
+// keeps this handle beside the public one (queue.New).
 package sqlitequeue
 
 import (

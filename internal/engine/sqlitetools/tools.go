@@ -77,8 +77,8 @@ func (Tools) AppBinding(st *config.Stack, b config.Binding, _ string) (any, erro
 	case config.TypeKV:
 		return kv.EnvBinding{Service: kv.Service, DataDir: b.Path, Durability: b.Durability}, nil
 	case config.TypeQueue:
-		eb := queue.EnvBinding{Service: queue.Service, QueuePath: b.Path, Subject: config.Subject(st.Name, b.Name),
-			EnvSettings: engine.QueueEnvSettings(b)}
+		eb := queue.EnvBinding{Service: queue.Service, QueuePath: b.Path, EnvSettings: engine.QueueEnvSettings(b)}
+		eb.Subject = config.Subject(st.Name, b.Name)
 		if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 {
 			eb.MaxAttempts = b.MaxAttempts
 			eb.DeadLetter = &queue.EnvDeadLetter{Binding: dl.Name, QueuePath: dl.Path}
