@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
@@ -189,13 +189,13 @@ func TestChaos(t *testing.T) {
 	}
 	for _, q := range chaosQueues {
 		dir := filepath.Join(c.s.dataDir(), "queue", q)
-		integrityOK(t, filepath.Join(dir, queue.FileName))
+		integrityOK(t, filepath.Join(dir, sqlitequeue.FileName))
 		if left := queueRows(t, dir); len(left) != 0 {
 			t.Errorf("%s still holds %d messages after the drain", q, len(left))
 		}
 	}
 	ledgerDir := filepath.Join(c.s.dataDir(), "kv", ledgerBinding)
-	integrityOK(t, filepath.Join(ledgerDir, kv.FileName))
+	integrityOK(t, filepath.Join(ledgerDir, sqlitekv.FileName))
 	r := c.verify(kvRows(t, ledgerDir))
 
 	t.Logf("chaos summary: %d messages sent (%d more whose producer was killed before logging them), %d acked, "+

@@ -260,7 +260,7 @@ func TestExplorerInABrowser(t *testing.T) {
 	if err := q.Send(t.Context(), queue.JSON(map[string]any{"order": 7, "poison": true})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Receive(t.Context(), 1, queue.WithVisibility(time.Millisecond)); err != nil {
+	if _, err := q.Receive(t.Context(), 1, queue.ReceiveVisibility(time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

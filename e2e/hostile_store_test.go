@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/testutil"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,6 +14,9 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // These tests put damaged or foreign store files where a stack's stores
@@ -37,9 +39,9 @@ type hostileStore struct {
 func (s stack) storeFile(typ, name string) (dir, file string) {
 	dir = filepath.Join(s.dataDir(), typ, name)
 	if typ == "kv" {
-		return dir, filepath.Join(dir, kv.FileName)
+		return dir, filepath.Join(dir, sqlitekv.FileName)
 	}
-	return dir, filepath.Join(dir, queue.FileName)
+	return dir, filepath.Join(dir, sqlitequeue.FileName)
 }
 
 // makeStore creates the store of type typ in dir with n records and closes
@@ -147,7 +149,7 @@ func hostileStores() []hostileStore {
 				t.Fatal(err)
 			}
 			keep := fi.Size() / 4096 / 2 * 4096
-			if !bytes.Contains(b[:keep], []byte("format"+queue.Marker)) {
+			if !bytes.Contains(b[:keep], []byte("format"+sqlitequeue.Marker)) {
 				t.Fatalf("the cut to %d bytes would lose the marker", keep)
 			}
 			if err := os.Truncate(file, keep); err != nil {
@@ -425,8 +427,8 @@ func TestDiskFullCLI(t *testing.T) {
 	s := newStack(t, "  orders:\n    type: queue\n    path: disk/orders\n  carts:\n    type: kv\n    path: disk/carts\n")
 	disk := filepath.Join(s.dataDir(), "disk")
 	testutil.MountSmallDisk(t, disk, 2<<20)
-	ordersFile := filepath.Join(disk, "orders", queue.FileName)
-	cartsFile := filepath.Join(disk, "carts", kv.FileName)
+	ordersFile := filepath.Join(disk, "orders", sqlitequeue.FileName)
+	cartsFile := filepath.Join(disk, "carts", sqlitekv.FileName)
 	up, _ := s.up(t)
 	lcOK(t, nil, "queue", "send", "orders", "before-0", "-f", s.file)
 	lcOK(t, nil, "kv", "put", "carts", "k", "v", "-f", s.file)
@@ -470,7 +472,7 @@ func TestDiskFullCLI(t *testing.T) {
 
 	// up with a new binding on the full disk cannot create its store.
 	s.write(t, "  orders:\n    type: queue\n    path: disk/orders\n  carts:\n    type: kv\n    path: disk/carts\n  invoices:\n    type: queue\n    path: disk/invoices\n")
-	invoicesFile := filepath.Join(disk, "invoices", queue.FileName)
+	invoicesFile := filepath.Join(disk, "invoices", sqlitequeue.FileName)
 	p := start(t, "up", "-f", s.file)
 	if code := p.waitExit(readyTimeout); code == 0 {
 		t.Fatalf("up started with a new binding on a full disk:\n%s", p.stderr())
@@ -569,7 +571,7 @@ func TestTrojanStoresCLI(t *testing.T) {
 	// restore: a backup file with a trigger is not installed.
 	good := filepath.Join(t.TempDir(), "good")
 	makeStore(t, "queue", good, 2)
-	gfile := filepath.Join(good, queue.FileName)
+	gfile := filepath.Join(good, sqlitequeue.FileName)
 	gbefore := testutil.StoreHashes(t, good)
 	s2 := newStack(t, "  jobs:\n    type: queue\n")
 	_, live := s2.storeFile("queue", "jobs")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -15,8 +14,9 @@ import (
 
 	_ "modernc.org/sqlite" // integrityOK's read-only connection
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
@@ -211,8 +211,8 @@ func TestSIGTERMToUpUnderLoad(t *testing.T) {
 	}
 
 	queueDir, kvDir := loadDirs(s)
-	integrityOK(t, filepath.Join(queueDir, queue.FileName))
-	integrityOK(t, filepath.Join(kvDir, kv.FileName))
+	integrityOK(t, filepath.Join(queueDir, sqlitequeue.FileName))
+	integrityOK(t, filepath.Join(kvDir, sqlitekv.FileName))
 	l := readLoadLogs(t, apps)
 	msgs, keys := queueRows(t, queueDir), kvRows(t, kvDir)
 	// Every app stopped cleanly, so every effect is logged: exact sets.
@@ -330,8 +330,8 @@ func TestSIGKILLLeavesStoresThatOpen(t *testing.T) {
 		before := readLoadLogs(t, all)
 		msgs, keys := queueRows(t, queueDir), kvRows(t, kvDir)
 		after := readLoadLogs(t, all)
-		integrityOK(t, filepath.Join(queueDir, queue.FileName))
-		integrityOK(t, filepath.Join(kvDir, kv.FileName))
+		integrityOK(t, filepath.Join(queueDir, sqlitequeue.FileName))
+		integrityOK(t, filepath.Join(kvDir, sqlitekv.FileName))
 		for id := range before.sent {
 			if _, ok := msgs[id]; !ok && !after.got[id] {
 				t.Errorf("round %d: %s was sent, is not in the queue and nobody received it", round, id)
@@ -372,8 +372,8 @@ func TestSIGKILLLeavesStoresThatOpen(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "check", "-f", s.file); code != 0 {
 		t.Errorf("localcloud check: exit %d\n%s%s", code, stdout, stderr)
 	}
-	integrityOK(t, filepath.Join(queueDir, queue.FileName))
-	integrityOK(t, filepath.Join(kvDir, kv.FileName))
+	integrityOK(t, filepath.Join(queueDir, sqlitequeue.FileName))
+	integrityOK(t, filepath.Join(kvDir, sqlitekv.FileName))
 	checkLoadEnd(t, all, queueRows(t, queueDir), kvRows(t, kvDir))
 	t.Logf("%d SIGKILLs (%d of up, %d of apps, %d of them after the app's first logged operation), seed %d",
 		sigkillRounds, sigkillRounds/4, sigkillRounds-sigkillRounds/4, midLoad, seed)

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -20,7 +19,8 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
@@ -462,7 +462,7 @@ func TestCheckReportsEveryProblemOnItsOwnLine(t *testing.T) {
 	if code := up.waitExit(stopLimit); code != 0 {
 		t.Fatalf("up exit %d", code)
 	}
-	kvFile := func(name string) string { return filepath.Join(s.dataDir(), "kv", name, kv.FileName) }
+	kvFile := func(name string) string { return filepath.Join(s.dataDir(), "kv", name, sqlitekv.FileName) }
 	tamper := func(path string, stmts ...string) {
 		t.Helper()
 		db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
@@ -478,7 +478,7 @@ func TestCheckReportsEveryProblemOnItsOwnLine(t *testing.T) {
 	}
 	tamper(kvFile("drift"), "ALTER TABLE kv ADD COLUMN note TEXT")
 	tamper(kvFile("foreign"), "UPDATE meta SET value = 'otherkv.v3' WHERE key = 'format'")
-	tamper(filepath.Join(s.dataDir(), "queue", "jobs", queue.FileName), "DROP INDEX idx_messages_visible", "CREATE TABLE extra (x)")
+	tamper(filepath.Join(s.dataDir(), "queue", "jobs", sqlitequeue.FileName), "DROP INDEX idx_messages_visible", "CREATE TABLE extra (x)")
 	// Group-writable: the file-mode policy refuses these (0644 and 0755
 	// would only be notes, as at open).
 	if err := os.Chmod(kvFile("loose"), 0o664); err != nil {
@@ -630,14 +630,14 @@ func TestRestoreRefusedWhileAnAppHoldsTheStore(t *testing.T) {
 	}
 	backup := filepath.Join(s.dir, "carts.sqlite")
 	lcOK(t, nil, "backup", "carts", backup, "-f", s.file)
-	before := testutil.HashFile(t, filepath.Join(storeDir, kv.FileName)) // the app has no SQLite lock to lose
+	before := testutil.HashFile(t, filepath.Join(storeDir, sqlitekv.FileName)) // the app has no SQLite lock to lose
 
 	code, stdout, stderr := lc(t, nil, "restore", "carts", backup, "-f", s.file)
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "store is open in another process") ||
 		!strings.Contains(stderr, fmt.Sprintf("pid %d", app.pid())) || !strings.Contains(stderr, "Try: stop the apps that use carts") {
 		t.Fatalf("restore while an app holds the store: exit %d\n%s", code, stderr)
 	}
-	if testutil.HashFile(t, filepath.Join(storeDir, kv.FileName)) != before {
+	if testutil.HashFile(t, filepath.Join(storeDir, sqlitekv.FileName)) != before {
 		t.Error("the refused restore changed the database file")
 	}
 	if m, _ := filepath.Glob(filepath.Join(storeDir, "*replaced*")); len(m) != 0 {

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/localcloud/localcloud/bindings/kv"
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 func TestHotReload(t *testing.T) {
@@ -21,7 +21,7 @@ func TestHotReload(t *testing.T) {
 	s.write(t, "  carts:\n    type: kv\n  orders:\n    type: queue\n  extra:\n    type: kv\n")
 	p.waitLine(mark, eventTimeout, `msg="stack reloaded"`, "added=extra")
 	extra := filepath.Join(s.dataDir(), "kv", "extra")
-	if m := mode(t, extra); m != 0o700 || !exists(filepath.Join(extra, kv.FileName)) {
+	if m := mode(t, extra); m != 0o700 || !exists(filepath.Join(extra, sqlitekv.FileName)) {
 		t.Errorf("extra not provisioned (mode %04o)", m)
 	}
 	if got := s.runtime(t).names(); got != "carts,extra,orders" {
@@ -32,7 +32,7 @@ func TestHotReload(t *testing.T) {
 	mark = p.mark()
 	s.write(t, "  carts:\n    type: kv\n  extra:\n    type: kv\n")
 	p.waitLine(mark, eventTimeout, `msg="stack reloaded"`, "removed=orders")
-	if !exists(filepath.Join(s.dataDir(), "queue", "orders", queue.FileName)) {
+	if !exists(filepath.Join(s.dataDir(), "queue", "orders", sqlitequeue.FileName)) {
 		t.Error("the removed binding's files were deleted")
 	}
 	if got := s.runtime(t).names(); got != "carts,extra" {

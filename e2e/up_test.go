@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
-	"github.com/localcloud/localcloud/internal/testutil"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +15,10 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 func TestUpServesAMultiBindingStack(t *testing.T) {
@@ -55,10 +57,10 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 		t.Errorf("data dir mode %04o, want 0700", m)
 	}
 	for name, w := range want {
-		file := filepath.Join(w.path, kv.FileName)
-		marker := kv.Marker
+		file := filepath.Join(w.path, sqlitekv.FileName)
+		marker := sqlitekv.Marker
 		if w.typ == "queue" {
-			file, marker = filepath.Join(w.path, queue.FileName), queue.Marker
+			file, marker = filepath.Join(w.path, sqlitequeue.FileName), sqlitequeue.Marker
 		}
 		if m := mode(t, w.path); m != 0o700 {
 			t.Errorf("%s: directory mode %04o, want 0700", name, m)
@@ -129,7 +131,7 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	if st := s.status(t); st.Running || st.Code != 1 {
 		t.Errorf("status after up stopped: running %v, exit %d; want not running, exit 1", st.Running, st.Code)
 	}
-	if !exists(filepath.Join(outside, kv.FileName)) {
+	if !exists(filepath.Join(outside, sqlitekv.FileName)) {
 		t.Error("stores must stay after up stops")
 	}
 }
@@ -305,7 +307,7 @@ func TestStoreOfAnotherFormatIsRefusedAndUnchanged(t *testing.T) {
 				t.Fatal(err)
 			}
 			q.Close()
-			if err := os.Rename(filepath.Join(dir, queue.FileName), file); err != nil {
+			if err := os.Rename(filepath.Join(dir, sqlitequeue.FileName), file); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -323,7 +325,7 @@ func TestStoreOfAnotherFormatIsRefusedAndUnchanged(t *testing.T) {
 			if err := os.MkdirAll(store, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			file := filepath.Join(store, kv.FileName)
+			file := filepath.Join(store, sqlitekv.FileName)
 			prepare(t, file)
 			before := testutil.HashFile(t, file)
 
@@ -389,7 +391,7 @@ func TestHealthProblemsAreReportedNotRepaired(t *testing.T) {
 	p, _ := s.up(t)
 	carts := filepath.Join(s.dataDir(), "kv", "carts")
 	loose := filepath.Join(s.dataDir(), "kv", "loose")
-	orders := filepath.Join(s.dataDir(), "queue", "orders", queue.FileName)
+	orders := filepath.Join(s.dataDir(), "queue", "orders", sqlitequeue.FileName)
 
 	mark := p.mark()
 	if err := os.RemoveAll(carts); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
 func mapLookup(m map[string]string) func(string) (string, bool) {
@@ -78,7 +79,7 @@ func TestFromEnvOpensTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if want := filepath.Join(dir, FileName); s.Path() != want {
+	if want := filepath.Join(dir, sqlitekv.FileName); s.Path() != want {
 		t.Errorf("Path() = %q, want %q", s.Path(), want)
 	}
 	if _, err := s.Put(ctx, "k", []byte("v")); err != nil {
@@ -136,7 +137,7 @@ func TestFromEnvCreatesNoStore(t *testing.T) {
 			s.Close()
 			t.Fatalf("FromEnv with dataDir %s opened a store", typo)
 		}
-		for _, want := range []string{"LOCALCLOUD_BINDING_SESSIONS", filepath.Join(typo, FileName) + " does not exist",
+		for _, want := range []string{"LOCALCLOUD_BINDING_SESSIONS", filepath.Join(typo, sqlitekv.FileName) + " does not exist",
 			"KV bindings in this environment: carts, sessions", "created nothing"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q lacks %q", err, want)

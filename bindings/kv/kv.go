@@ -34,29 +34,6 @@ const (
 	MaxScanLimit     = 1000
 )
 
-// FileName is the database file inside a KV store directory of the SQLite
-// engine.
-//
-// Deprecated: a detail of the SQLite engine that apps do not need; kept for
-// existing callers.
-const FileName = "localkv.sqlite"
-
-// Marker is the format identifier in the meta table of the SQLite engine.
-//
-// Deprecated: a detail of the SQLite engine that apps do not need; kept for
-// existing callers.
-const Marker = "localkv.v1"
-
-// Schema is the provider DDL of localkv.v1, exactly as the spec writes it.
-//
-// Deprecated: a detail of the SQLite engine that apps do not need; kept for
-// existing callers.
-const Schema = `CREATE TABLE IF NOT EXISTS kv (
-key TEXT PRIMARY KEY,
-value BLOB NOT NULL,
-expires_at INTEGER -- unix epoch MILLISECONDS, NULL = no expiry
-);`
-
 // MemoryPrefix starts the location of an in-memory store of the SQLite
 // engine: "memory:NAME" (what Path returns for one).
 const MemoryPrefix = "memory:"

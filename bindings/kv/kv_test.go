@@ -18,6 +18,7 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/kv/kvtest"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
 var ctx = context.Background()
@@ -95,9 +96,9 @@ func TestFileModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantMode(t, dir, 0o700)
-	wantMode(t, filepath.Join(dir, kv.FileName), 0o600)
-	wantMode(t, filepath.Join(dir, kv.FileName+"-wal"), 0o600)
-	wantMode(t, filepath.Join(dir, kv.FileName+"-shm"), 0o600)
+	wantMode(t, filepath.Join(dir, sqlitekv.FileName), 0o600)
+	wantMode(t, filepath.Join(dir, sqlitekv.FileName+"-wal"), 0o600)
+	wantMode(t, filepath.Join(dir, sqlitekv.FileName+"-shm"), 0o600)
 }
 
 func wantMode(t *testing.T, path string, want os.FileMode) {
@@ -152,7 +153,7 @@ func wantSetupFailed(t *testing.T, err error, mentions ...string) {
 func TestForeignFormatUntouched(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, kv.FileName)
+	path := filepath.Join(dir, sqlitekv.FileName)
 	db := rawDB(t, path)
 	for _, q := range []string{
 		`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
@@ -178,7 +179,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	db := rawDB(t, filepath.Join(dir, kv.FileName))
+	db := rawDB(t, filepath.Join(dir, sqlitekv.FileName))
 	if _, err := db.Exec(`UPDATE meta SET value = 'localkv.v2' WHERE key = 'format'`); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 func TestOtherProgramsDatabaseUntouched(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	db := rawDB(t, filepath.Join(dir, kv.FileName))
+	db := rawDB(t, filepath.Join(dir, sqlitekv.FileName))
 	if _, err := db.Exec(`CREATE TABLE notes (body TEXT)`); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, kv.FileName)
+			path := filepath.Join(dir, sqlitekv.FileName)
 			if err := os.WriteFile(path, content, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +226,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 func TestDirectoryAtFilePath(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, kv.FileName)
+	path := filepath.Join(dir, sqlitekv.FileName)
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -253,12 +254,12 @@ func TestUncreatableDirectory(t *testing.T) {
 func TestSpecWrittenStoreOpens(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	db := rawDB(t, filepath.Join(dir, kv.FileName))
+	db := rawDB(t, filepath.Join(dir, sqlitekv.FileName))
 	for _, q := range []string{
 		"PRAGMA journal_mode=WAL",
 		`CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
 		`INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localkv.v1')`,
-		kv.Schema,
+		sqlitekv.Schema,
 		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:a', X'00FF', NULL)`,
 		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:text', 'hi', NULL)`,
 		`INSERT INTO kv (key, value, expires_at) VALUES ('spec:empty', X'', NULL)`,
@@ -359,7 +360,7 @@ func TestWaitsForForeignWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	db := rawDB(t, filepath.Join(dir, kv.FileName))
+	db := rawDB(t, filepath.Join(dir, sqlitekv.FileName))
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package kv_test
 
 import (
 	"database/sql"
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
 // TestOddRows writes kv rows the way another program using the spec's SQL
@@ -29,7 +29,7 @@ func TestOddRows(t *testing.T) {
 	if _, err := s.Put(ctx, "clean", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, kv.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitekv.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,11 +46,6 @@ func WithDurability(d bindings.Durability) Option { return func(o *options) { o.
 // anything; every write fails. For inspection tools.
 func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
-// ReadOnly is WithReadOnly.
-//
-// Deprecated: use WithReadOnly; Open options are all named With....
-func ReadOnly() Option { return WithReadOnly() }
-
 // PutOption changes one Put.
 type PutOption func(*putOptions)
 

@@ -73,7 +73,7 @@ func TestAliasHelperProcess(t *testing.T) {
 	defer h.Close()
 	deliveries := 0
 	for end := time.Now().Add(time.Second); time.Now().Before(end); {
-		msgs, err := h.Receive(ctx, 1, queue.WithVisibility(time.Millisecond))
+		msgs, err := h.Receive(ctx, 1, queue.ReceiveVisibility(time.Millisecond))
 		if err != nil {
 			fmt.Println("receive:", err)
 			os.Exit(1)

@@ -3,7 +3,6 @@ package queue_test
 import (
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 // TestLegacyArrivalRecordsMigrate: a dead-letter queue written by an older
@@ -28,8 +28,8 @@ func TestLegacyArrivalRecordsMigrate(t *testing.T) {
 	// Both stores exist with localcloud's tables.
 	openFile(t, src).Close()
 	openFile(t, dlq).Close()
-	srcDB := rawDB(t, filepath.Join(src, queue.FileName))
-	dlqDB := rawDB(t, filepath.Join(dlq, queue.FileName))
+	srcDB := rawDB(t, filepath.Join(src, sqlitequeue.FileName))
+	dlqDB := rawDB(t, filepath.Join(dlq, sqlitequeue.FileName))
 	// The source: message 7 hidden mid-move (step 1 by the older version).
 	execAll(t, srcDB,
 		`INSERT INTO sqlite_sequence (name, seq) VALUES ('messages', 6)`,
@@ -54,7 +54,7 @@ VALUES ('%s', 7, 'orders', 1, NULL, %d, %d, 1)`, src, now-5000, now-1000),
 	if len(st.source) != 0 || st.dlqMsgs != 1 || st.intents != 0 {
 		t.Fatalf("after recovery: %d in the source, %d in the DLQ, %d intents; want 0, 1, 0", len(st.source), st.dlqMsgs, st.intents)
 	}
-	dlqDB = rawDB(t, filepath.Join(dlq, queue.FileName))
+	dlqDB = rawDB(t, filepath.Join(dlq, sqlitequeue.FileName))
 	var legacy, arrivals, tokened int
 	if err := dlqDB.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM lc_dead_letters) + (SELECT COUNT(*) FROM lc_redriven),
 (SELECT COUNT(*) FROM lc_arrivals), (SELECT COUNT(*) FROM lc_arrivals WHERE move_token = '11111111-1111-4111-8111-111111111111')`).
@@ -68,14 +68,14 @@ VALUES ('%s', 7, 'orders', 1, NULL, %d, %d, 1)`, src, now-5000, now-1000),
 
 	// The source starts over at id 7 (as after a restore): the next
 	// message 7 that dies arrives, though a record of origin id 7 exists.
-	srcDB = rawDB(t, filepath.Join(src, queue.FileName))
+	srcDB = rawDB(t, filepath.Join(src, sqlitequeue.FileName))
 	execAll(t, srcDB, `UPDATE sqlite_sequence SET seq = 6 WHERE name = 'messages'`)
 	closeDB(t, srcDB)
 	q := openFile(t, src, queue.WithDeadLetter(1, dlq))
 	if err := q.Send(ctx, queue.Text("second seven")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(time.Millisecond))
+	msgs, err := q.Receive(ctx, 1, queue.ReceiveVisibility(time.Millisecond))
 	if err != nil || len(msgs) != 1 || msgs[0].ID != 7 {
 		t.Fatalf("receive = %+v, %v; want message 7", msgs, err)
 	}
@@ -87,7 +87,7 @@ VALUES ('%s', 7, 'orders', 1, NULL, %d, %d, 1)`, src, now-5000, now-1000),
 	// Two dead letters of origin id 7 now: readDLState would call that a
 	// duplicate, so the counts are read directly.
 	for dir, want := range map[string]int64{src: 0, dlq: 2} {
-		h := openFile(t, dir, queue.ReadOnly())
+		h := openFile(t, dir, queue.WithReadOnly())
 		s, err := h.Stats(ctx)
 		h.Close()
 		if err != nil || s.Total != want {
@@ -140,7 +140,7 @@ func TestCraftedMovesLeftInPlace(t *testing.T) {
 	base := t.TempDir()
 	src, dlq, elsewhere := filepath.Join(base, "orders"), filepath.Join(base, "orders-dlq"), filepath.Join(base, "any", "dir")
 	want := spendAll(t, src, 3)
-	srcDB := rawDB(t, filepath.Join(src, queue.FileName))
+	srcDB := rawDB(t, filepath.Join(src, sqlitequeue.FileName))
 	now := time.Now().UnixMilli()
 	for i, dest := range []struct{ kind, loc string }{{"dead-letter", elsewhere}, {"dead-letter", "memory:void"}, {"redrive", elsewhere}} {
 		execAll(t, srcDB,

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"github.com/localcloud/localcloud/internal/hintserver"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/hintserver"
 	"github.com/localcloud/localcloud/internal/testutil"
 	"github.com/localcloud/localcloud/notify"
 )
@@ -294,7 +294,7 @@ func BenchmarkLeaseEndToRedelivery(b *testing.B) {
 			}
 			ends := make([]time.Time, n)
 			for i := range n {
-				msgs, err := dead.Receive(context.Background(), 1, queue.WithVisibility(300*time.Millisecond+time.Duration(i)*step))
+				msgs, err := dead.Receive(context.Background(), 1, queue.ReceiveVisibility(300*time.Millisecond+time.Duration(i)*step))
 				if err != nil || len(msgs) != 1 {
 					b.Fatalf("Receive = %v, %v", msgs, err)
 				}

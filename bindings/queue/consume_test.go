@@ -310,7 +310,7 @@ func TestConsumeLeaseExpiryRedelivers(t *testing.T) {
 	if err := dead.Send(context.Background(), queue.Text("orphan")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := dead.Receive(context.Background(), 1, queue.WithVisibility(200*time.Millisecond))
+	got, err := dead.Receive(context.Background(), 1, queue.ReceiveVisibility(200*time.Millisecond))
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Receive = %v, %v", got, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/clock"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
@@ -49,7 +50,7 @@ func readDLState(t *testing.T, src, dlq string) dlState {
 func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	t.Helper()
 	st := dlState{source: map[int64]string{}, dead: map[int64]string{}}
-	q, err := queue.Open(ctx, src, queue.ReadOnly())
+	q, err := queue.Open(ctx, src, queue.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +62,10 @@ func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	checkIntegrity(t, queue.ExportDB(q).R)
 	// Never created, or created empty by a process killed before its first
 	// transaction (stat opens no descriptor on the database file).
-	if fi, err := os.Stat(filepath.Join(dlq, queue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
+	if fi, err := os.Stat(filepath.Join(dlq, sqlitequeue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
 		return st
 	}
-	d, err := queue.Open(ctx, dlq, queue.ReadOnly())
+	d, err := queue.Open(ctx, dlq, queue.WithReadOnly())
 	if err != nil {
 		st.dlqErr = err
 		return st
@@ -162,7 +163,7 @@ func spendAll(t *testing.T, dir string, n int) map[int64]string {
 	want := map[int64]string{}
 	var held []queue.Message
 	for len(want) < n {
-		msgs, err := q.Receive(ctx, queue.MaxReceiveBatch, queue.WithVisibility(time.Hour))
+		msgs, err := q.Receive(ctx, queue.MaxReceiveBatch, queue.ReceiveVisibility(time.Hour))
 		if err != nil || len(msgs) == 0 {
 			t.Fatalf("receive: %d messages, %v (have %d of %d)", len(msgs), err, len(want), n)
 		}
@@ -191,7 +192,7 @@ func TestDeadLetterRecoveryAfterStepOne(t *testing.T) {
 	if err := os.MkdirAll(dlq, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dlq, queue.FileName), []byte("not a database, not yet"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dlq, sqlitequeue.FileName), []byte("not a database, not yet"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var log hwLog
@@ -215,7 +216,7 @@ func TestDeadLetterRecoveryAfterStepOne(t *testing.T) {
 	if msgs, err := plain.Receive(ctx, 10); err != nil || len(msgs) != 0 {
 		t.Fatalf("a handle without the policy received %d messages being moved (%v)", len(msgs), err)
 	}
-	if err := os.Remove(filepath.Join(dlq, queue.FileName)); err != nil {
+	if err := os.Remove(filepath.Join(dlq, sqlitequeue.FileName)); err != nil {
 		t.Fatal(err)
 	}
 	plain.Close()
@@ -315,12 +316,12 @@ func TestDeadLetterSpecReaders(t *testing.T) {
 	}
 	q.Close()
 
-	srcDB := rawDB(t, filepath.Join(src, queue.FileName))
+	srcDB := rawDB(t, filepath.Join(src, sqlitequeue.FileName))
 	if got := specReceive(t, srcDB, c.Now().Add(time.Hour), 30*time.Second, 10); len(got) != 0 {
 		t.Fatalf("a spec reader received %+v from the source mid-move; want nothing", got)
 	}
 	closeDB(t, srcDB)
-	dlqDB := rawDB(t, filepath.Join(dlq, queue.FileName))
+	dlqDB := rawDB(t, filepath.Join(dlq, sqlitequeue.FileName))
 	execAll(t, dlqDB, specMetaDDL, specMarker, specMessagesDDL)
 	got := specReceive(t, dlqDB, c.Now(), 30*time.Second, 10)
 	if len(got) != 1 || got[0].typ != "json" || got[0].data != `{"order":7}` || got[0].attempt != 1 {

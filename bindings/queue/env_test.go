@@ -11,6 +11,7 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 func mapLookup(m map[string]string) func(string) (string, bool) {
@@ -92,7 +93,7 @@ func TestFromEnvOpensTheQueue(t *testing.T) {
 	if n, d, b := ExportEngine(q).DeadLetterPolicy(); n != 5 || d != dlq || b != "orders" {
 		t.Errorf("dead-letter policy %d into %q, binding %q; want 5 attempts into %s, binding orders", n, d, b, dlq)
 	}
-	if want := filepath.Join(dir, FileName); q.Path() != want {
+	if want := filepath.Join(dir, sqlitequeue.FileName); q.Path() != want {
 		t.Errorf("Path() = %q, want %q", q.Path(), want)
 	}
 	if err := q.Send(ctx, Text("hello")); err != nil {
@@ -317,7 +318,7 @@ func TestFromEnvCreatesNoStore(t *testing.T) {
 			q.Close()
 			t.Fatalf("FromEnv of %s (dead letters into %s) opened a queue", c.path, c.dlq)
 		}
-		for _, want := range []string{"LOCALCLOUD_BINDING_PAYMENTS", "the " + c.what + " store " + filepath.Join(c.missing, FileName) + " does not exist",
+		for _, want := range []string{"LOCALCLOUD_BINDING_PAYMENTS", "the " + c.what + " store " + filepath.Join(c.missing, sqlitequeue.FileName) + " does not exist",
 			"queue bindings in this environment: orders, payments", "created nothing"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q lacks %q", err, want)

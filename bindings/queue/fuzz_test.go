@@ -76,7 +76,7 @@ func FuzzReceipt(f *testing.F) {
 	if err := q.Send(ctx, queue.Text("held")); err != nil {
 		f.Fatal(err)
 	}
-	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(queue.MaxVisibility))
+	msgs, err := q.Receive(ctx, 1, queue.ReceiveVisibility(queue.MaxVisibility))
 	if err != nil || len(msgs) != 1 {
 		f.Fatalf("Receive: %v, %v", msgs, err)
 	}

@@ -26,7 +26,7 @@ func TestPeekAndStatsClaimNothing(t *testing.T) {
 		}
 		now = now.Add(time.Millisecond)
 	}
-	got, err := q.Receive(ctx, 1, queue.WithVisibility(time.Minute))
+	got, err := q.Receive(ctx, 1, queue.ReceiveVisibility(time.Minute))
 	if err != nil || len(got) != 1 {
 		t.Fatalf("receive: %v %d", err, len(got))
 	}
@@ -90,7 +90,7 @@ func TestStatsCountsDelayedApartFromInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := q.Receive(ctx, 2, queue.WithVisibility(time.Minute))
+	got, err := q.Receive(ctx, 2, queue.ReceiveVisibility(time.Minute))
 	if err != nil || len(got) != 2 {
 		t.Fatalf("receive: %v %d", err, len(got))
 	}

@@ -3,7 +3,6 @@ package queue_test
 import (
 	"database/sql"
 	"encoding/json"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 // These tests write rows the way another program using the spec's SQL may
@@ -24,7 +24,7 @@ import (
 // foreignWriter opens the store file in dir as another program would.
 func foreignWriter(t *testing.T, dir string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitequeue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func FuzzOddRow(f *testing.F) {
 	f.Add(byte(4), []byte{0xff, 0xfe}, byte(4), []byte{0}, byte(3), []byte("12"), byte(3), []byte("x"), byte(3), []byte("many"))
 	f.Add(byte(3), []byte("text"), byte(1), []byte{42}, byte(3), []byte("yesterday"), byte(5), []byte{}, byte(2), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	dir := f.TempDir()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitequeue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -437,7 +437,7 @@ enqueued_at INTEGER, visible_at INTEGER, attempt INTEGER DEFAULT 0, receipt_hand
 			t.Skip(err)
 		}
 		for _, max := range []int{1, 2} {
-			msgs, err := q.Receive(ctx, max, queue.WithVisibility(time.Millisecond))
+			msgs, err := q.Receive(ctx, max, queue.ReceiveVisibility(time.Millisecond))
 			if err != nil {
 				t.Fatalf("receive(%d): %v", max, err)
 			}

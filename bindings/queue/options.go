@@ -73,11 +73,6 @@ func WithDefaultVisibility(d time.Duration) Option { return func(o *options) { o
 // anything; every write fails. For inspection tools.
 func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
-// ReadOnly is WithReadOnly.
-//
-// Deprecated: use WithReadOnly; Open options are all named With....
-func ReadOnly() Option { return WithReadOnly() }
-
 // WithNotifier sets the Notifier. Defaults to none.
 func WithNotifier(n Notifier) Option { return func(o *options) { o.notifier = n } }
 
@@ -94,11 +89,6 @@ type receiveOptions struct {
 func ReceiveVisibility(d time.Duration) ReceiveOption {
 	return func(o *receiveOptions) { o.visibility = d }
 }
-
-// WithVisibility is ReceiveVisibility.
-//
-// Deprecated: use ReceiveVisibility; the With... names are Open options.
-func WithVisibility(d time.Duration) ReceiveOption { return ReceiveVisibility(d) }
 
 // WithBindingName names the binding the handle serves (e.g. "orders"). It
 // is recorded as the origin of the handle's dead letters (see

@@ -7,13 +7,14 @@ import (
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 // storedPayload returns payload_data of the only message, read with plain
 // SQL: the bytes in the file.
 func storedPayload(t *testing.T, dir string) string {
 	t.Helper()
-	db := rawDB(t, filepath.Join(dir, queue.FileName))
+	db := rawDB(t, filepath.Join(dir, sqlitequeue.FileName))
 	var data string
 	if err := db.QueryRow(`SELECT payload_data FROM messages`).Scan(&data); err != nil {
 		t.Fatal(err)

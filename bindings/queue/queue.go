@@ -159,7 +159,7 @@ var ErrMessageGone = driver.ErrMessageGone
 // Message is one delivery of a message.
 type Message struct {
 	ID            int64
-	ReceiptHandle string // "{id}:{uuid}" on the SQLite engine; opaque to callers
+	ReceiptHandle string // opaque; its form is the engine's
 	Attempt       int    // 1 on the first delivery
 	Payload       Payload
 	EnqueuedAt    time.Time

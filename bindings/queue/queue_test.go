@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/sqlstore"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +22,8 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/bindings/queue/queuetest"
 	"github.com/localcloud/localcloud/internal/clock"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/sqlstore"
 )
 
 var ctx = context.Background()
@@ -236,13 +237,13 @@ func TestFileModes(t *testing.T) {
 			if err := q.Send(ctx, queue.Text("x")); err != nil {
 				t.Fatal(err)
 			}
-			if q.Path() != filepath.Join(dir, queue.FileName) {
-				t.Errorf("Path() = %q; want %q", q.Path(), filepath.Join(dir, queue.FileName))
+			if q.Path() != filepath.Join(dir, sqlitequeue.FileName) {
+				t.Errorf("Path() = %q; want %q", q.Path(), filepath.Join(dir, sqlitequeue.FileName))
 			}
 			wantMode(t, dir, 0o700|os.ModeDir)
-			wantMode(t, filepath.Join(dir, queue.FileName), 0o600)
-			wantMode(t, filepath.Join(dir, queue.FileName+"-wal"), 0o600)
-			wantMode(t, filepath.Join(dir, queue.FileName+"-shm"), 0o600)
+			wantMode(t, filepath.Join(dir, sqlitequeue.FileName), 0o600)
+			wantMode(t, filepath.Join(dir, sqlitequeue.FileName+"-wal"), 0o600)
+			wantMode(t, filepath.Join(dir, sqlitequeue.FileName+"-shm"), 0o600)
 			var mode string
 			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
@@ -405,7 +406,7 @@ func wantNoSiblings(t *testing.T, path string) {
 func TestForeignFormatUntouched(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	db := rawDB(t, path)
 	execAll(t, db,
 		`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
@@ -417,7 +418,7 @@ func TestForeignFormatUntouched(t *testing.T) {
 	beforeBytes, beforeDump := readFile(t, path), dump(t, path)
 
 	_, err := queue.Open(ctx, dir)
-	wantCode(t, err, bindings.ErrBindingSetupFailed, "teststore.v2", queue.Marker, path)
+	wantCode(t, err, bindings.ErrBindingSetupFailed, "teststore.v2", sqlitequeue.Marker, path)
 
 	if got := tableNames(t, path); got != "meta,sqlite_autoindex_meta_1,widgets" {
 		t.Errorf("tables after the refused open: %s; want meta, widgets only (no messages)", got)
@@ -441,16 +442,16 @@ func TestChangedMarkerRefused(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	db := rawDB(t, path)
 	execAll(t, db, `UPDATE meta SET value = 'localqueue.v2' WHERE key = 'format'`)
 	closeDB(t, db)
 	before := dump(t, path)
 
 	_, err := queue.Open(ctx, dir)
-	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker, path)
+	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", sqlitequeue.Marker, path)
 	_, err = queue.Open(ctx, dir, queue.WithReadOnly())
-	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", queue.Marker)
+	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", sqlitequeue.Marker)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
@@ -461,7 +462,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 func TestNoMarkerRowRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	db := rawDB(t, path)
 	execAll(t, db,
 		`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
@@ -469,7 +470,7 @@ func TestNoMarkerRowRefused(t *testing.T) {
 	closeDB(t, db)
 	before := dump(t, path)
 	_, err := queue.Open(ctx, dir)
-	wantCode(t, err, bindings.ErrBindingSetupFailed, queue.Marker, path)
+	wantCode(t, err, bindings.ErrBindingSetupFailed, sqlitequeue.Marker, path)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
@@ -480,7 +481,7 @@ func TestNoMarkerRowRefused(t *testing.T) {
 func TestOtherProgramsDatabaseUntouched(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	db := rawDB(t, path)
 	execAll(t, db,
 		`CREATE TABLE users (id INTEGER PRIMARY KEY, email TEXT)`,
@@ -489,7 +490,7 @@ func TestOtherProgramsDatabaseUntouched(t *testing.T) {
 	beforeBytes, beforeDump := readFile(t, path), dump(t, path)
 
 	_, err := queue.Open(ctx, dir)
-	wantCode(t, err, bindings.ErrBindingSetupFailed, path, queue.Marker, "users")
+	wantCode(t, err, bindings.ErrBindingSetupFailed, path, sqlitequeue.Marker, "users")
 
 	if got := tableNames(t, path); got != "users" {
 		t.Errorf("tables after the refused open: %s; want users only", got)
@@ -511,7 +512,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			path := filepath.Join(dir, queue.FileName)
+			path := filepath.Join(dir, sqlitequeue.FileName)
 			if err := os.WriteFile(path, content, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -527,7 +528,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 func TestDirectoryAtFilePath(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -806,7 +807,7 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 		t.Run(journal, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			path := filepath.Join(dir, queue.FileName)
+			path := filepath.Join(dir, sqlitequeue.FileName)
 			base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			db := rawDB(t, path, "journal_mode("+journal+")")
 			execAll(t, db, specMetaDDL, specMarker, specMessagesDDL)
@@ -877,7 +878,7 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 func TestSpecReaderReadsLocalcloudStore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	c := clock.New(base)
 	q := openFile(t, dir, queue.WithClock(c.Now))

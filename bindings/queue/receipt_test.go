@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
 // TestParseReceipt checks the one receipt rule: what it accepts round-trips
@@ -16,7 +16,7 @@ func TestParseReceipt(t *testing.T) {
 	t.Parallel()
 	const u = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 	for _, ok := range []string{"1:" + u, "9223372036854775807:" + u} {
-		r, err := queue.ParseReceipt(ok)
+		r, err := sqlitequeue.ParseReceipt(ok)
 		if err != nil || r.String() != ok {
 			t.Errorf("ParseReceipt(%q) = %+v, %v", ok, r, err)
 		}
@@ -35,7 +35,7 @@ func TestParseReceipt(t *testing.T) {
 		{"1:" + strings.ReplaceAll(u, "-", ""), "not in the canonical 8-4-4-4-12 lower-case form"},
 		{strings.Repeat("9", 100), "it is 100 bytes, longer than the 56 of any receipt"},
 	} {
-		r, err := queue.ParseReceipt(c.in)
+		r, err := sqlitequeue.ParseReceipt(c.in)
 		if err == nil {
 			t.Errorf("ParseReceipt(%q) = %+v, want an error", c.in, r)
 			continue

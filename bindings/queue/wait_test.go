@@ -69,7 +69,7 @@ func hwOpen(t testing.TB, dir string, opts ...queue.Option) *queue.Queue {
 // database/sql connection, the spec's SQL, nothing of localcloud.
 func hwForeign(t testing.TB, dir string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, queue.FileName)+"?_pragma=busy_timeout(5000)")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitequeue.FileName)+"?_pragma=busy_timeout(5000)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestReceiveWaitLeaseExpiry(t *testing.T) {
 	if err := dead.Send(context.Background(), queue.Text("orphan")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := dead.Receive(context.Background(), 1, queue.WithVisibility(200*time.Millisecond))
+	got, err := dead.Receive(context.Background(), 1, queue.ReceiveVisibility(200*time.Millisecond))
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Receive = %v, %v", got, err)
 	}

@@ -314,7 +314,7 @@ func (c *queueCommand) nack(ctx context.Context, args []string) error {
 }
 
 // settle acks or nacks every receipt given, and fails if any failed. A
-// string that is not a receipt the store issues (queue.ParseReceipt) would
+// string that is not a receipt the engine issues (engine.Tools.ValidReceipt) would
 // be a no-op success in the library; here it is a failure that says nothing
 // was done, so no ack or nack is reported that did not happen.
 func (c *queueCommand) settle(ctx context.Context, op string, args []string) error {

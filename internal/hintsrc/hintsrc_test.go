@@ -231,7 +231,7 @@ func TestLeaseEndHinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.CheckFor(t, waitTimeout, time.Millisecond, "the send's hint", func() bool { return r.count() >= 1 })
-	msgs, err := consumer.Receive(context.Background(), 1, queue.WithVisibility(300*time.Millisecond))
+	msgs, err := consumer.Receive(context.Background(), 1, queue.ReceiveVisibility(300*time.Millisecond))
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("Receive = %v, %v", msgs, err)
 	}

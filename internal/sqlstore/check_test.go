@@ -5,10 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
-	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
-	"github.com/localcloud/localcloud/internal/testutil"
 	"io"
 	"net/url"
 	"os"
@@ -19,7 +15,11 @@ import (
 
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 func TestNormalizeSQL(t *testing.T) {
@@ -171,7 +171,7 @@ func TestVerifyReportsANonDatabaseAndTheOtherFormat(t *testing.T) {
 	if v := verify(t, junk, sqlitekv.Format()); kinds(v) != "open " {
 		t.Errorf("junk: %+v", v)
 	}
-	q := filepath.Join(newQueue(t), queue.FileName)
+	q := filepath.Join(newQueue(t), sqlitequeue.FileName)
 	v := verify(t, q, sqlitekv.Format())
 	if kinds(v) != "marker table meta" || !strings.Contains(v.Problems[0].Message, `"localqueue.v1"`) {
 		t.Errorf("queue as kv: %+v", v)
@@ -216,7 +216,7 @@ func TestBackupWhileWriting(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
-	res, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, sqlitekv.Format())
+	res, err := sqlstore.Backup(ctx, filepath.Join(dir, sqlitekv.FileName), dst, sqlitekv.Format())
 	close(stop)
 	n := <-written
 	if err != nil {
@@ -235,7 +235,7 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 	// The backup is a prefix k1..km of the writes, m >= 100.
 	copyDir := t.TempDir()
-	if err := os.Link(dst, filepath.Join(copyDir, kv.FileName)); err != nil {
+	if err := os.Link(dst, filepath.Join(copyDir, sqlitekv.FileName)); err != nil {
 		t.Fatal(err)
 	}
 	bs, err := kv.Open(ctx, copyDir, kv.WithReadOnly())
@@ -266,14 +266,14 @@ func TestBackupWhileWriting(t *testing.T) {
 	}
 
 	// An existing destination is never overwritten.
-	if _, err := sqlstore.Backup(ctx, filepath.Join(dir, kv.FileName), dst, sqlitekv.Format()); !errors.Is(err, sqlstore.ErrExists) {
+	if _, err := sqlstore.Backup(ctx, filepath.Join(dir, sqlitekv.FileName), dst, sqlitekv.Format()); !errors.Is(err, sqlstore.ErrExists) {
 		t.Errorf("second backup to the same file: %v", err)
 	}
 }
 
 func TestBackupOfTheWrongFormatLeavesNothing(t *testing.T) {
 	t.Parallel()
-	src := filepath.Join(newQueue(t), queue.FileName)
+	src := filepath.Join(newQueue(t), sqlitequeue.FileName)
 	out := t.TempDir()
 	dst := filepath.Join(out, "b.sqlite")
 	_, err := sqlstore.Backup(context.Background(), src, dst, sqlitekv.Format())
@@ -300,14 +300,14 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	}
 	// While this process holds the store, Restore refuses.
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	src := filepath.Join(srcDir, kv.FileName)
+	src := filepath.Join(srcDir, sqlitekv.FileName)
 	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), src, now); err == nil || !strings.Contains(err.Error(), "this process has the store open") {
 		t.Errorf("restore with an open handle: %v", err)
 	}
 	s.Close()
 
 	// A plain SQLite connection (as another process would hold) keeps -wal.
-	other, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: filepath.Join(liveDir, kv.FileName)}).String())
+	other, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: filepath.Join(liveDir, sqlitekv.FileName)}).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(liveDir, kv.FileName+".replaced-20250102T030405Z"); res.Replaced != want {
+	if want := filepath.Join(liveDir, sqlitekv.FileName+".replaced-20250102T030405Z"); res.Replaced != want {
 		t.Errorf("replaced at %s, want %s", res.Replaced, want)
 	}
 	if fi, err := os.Stat(res.Path); err != nil || fi.Mode().Perm() != 0o600 {
@@ -363,7 +363,7 @@ func TestRestoreKeepsTheReplacedStore(t *testing.T) {
 		t.Errorf("second restore: %+v %v", res2, err)
 	}
 	// A source of the wrong format is refused before anything changes.
-	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(newQueue(t), queue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
+	if _, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(newQueue(t), sqlitequeue.FileName), now); !errors.Is(err, sqlstore.ErrVerifyFailed) {
 		t.Errorf("queue into kv: %v", err)
 	}
 }
@@ -395,11 +395,11 @@ func TestRestoreRefusesAChildHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srcDir, liveDir := newKV(t), newKV(t)
-	live := filepath.Join(liveDir, kv.FileName)
+	live := filepath.Join(liveDir, sqlitekv.FileName)
 	c := testutil.StartChild(t, "file holder", "TestCheckHelperHold", holdFileEnv+"="+live)
 	c.Expect(t, "held", time.Minute)
 	before := testutil.StoreHashes(t, liveDir)
-	_, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(srcDir, kv.FileName), time.Now())
+	_, err := sqlstore.Restore(ctx, liveDir, sqlitekv.Format(), filepath.Join(srcDir, sqlitekv.FileName), time.Now())
 	if !errors.Is(err, sqlstore.ErrStoreInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d ", c.Cmd.Process.Pid)) {
 		t.Errorf("restore while a child process holds the store: %v; want ErrStoreInUse naming pid %d", err, c.Cmd.Process.Pid)
 	}

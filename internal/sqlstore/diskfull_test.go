@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
-	"github.com/localcloud/localcloud/internal/testutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +12,10 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
+	"github.com/localcloud/localcloud/internal/testutil"
 )
 
 // wantDiskFull fails unless err is LOCAL_FILESYSTEM_ERROR saying the disk
@@ -178,7 +178,7 @@ func TestDiskFull(t *testing.T) {
 	q, err = queue.Open(ctx, filepath.Join(disk, "q"))
 	t.Logf("open on the full disk: %v", err)
 	if err != nil {
-		wantDiskFull(t, "open on a full disk", err, filepath.Join(disk, "q", queue.FileName))
+		wantDiskFull(t, "open on a full disk", err, filepath.Join(disk, "q", sqlitequeue.FileName))
 	} else {
 		wantMessages(t, q, sent)
 		_ = q.Close()
@@ -223,7 +223,7 @@ func TestDiskFullAtCreate(t *testing.T) {
 	dir := filepath.Join(disk, "q")
 	_, err := queue.Open(ctx, dir)
 	t.Logf("create on the full disk: %v", err)
-	wantDiskFull(t, "create on a full disk", err, filepath.Join(dir, queue.FileName))
+	wantDiskFull(t, "create on a full disk", err, filepath.Join(dir, sqlitequeue.FileName))
 	es, _ := os.ReadDir(dir)
 	for _, e := range es {
 		fi, _ := e.Info()
@@ -242,7 +242,7 @@ func TestDiskFullAtCreate(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := verify(t, filepath.Join(dir, queue.FileName), sqlitequeue.Format()); !v.OK() {
+	if v := verify(t, filepath.Join(dir, sqlitequeue.FileName), sqlitequeue.Format()); !v.OK() {
 		t.Errorf("store created after the full disk: %v", v.Problems)
 	}
 }

@@ -379,7 +379,7 @@ func refusedUntouched(t *testing.T, err error, dir string, before map[string][32
 
 func fuzzKV(t *testing.T, e hostileEnv) {
 	ctx := t.Context()
-	path := filepath.Join(e.store, kv.FileName)
+	path := filepath.Join(e.store, sqlitekv.FileName)
 	metaBefore := rawRows(t, path, `SELECT key, value FROM meta ORDER BY key`)
 	before := testutil.StoreHashes(t, e.store)
 	s, err := kv.Open(ctx, e.store)
@@ -437,8 +437,8 @@ func receipts(t *testing.T, path string) map[string]string {
 
 func fuzzQueue(t *testing.T, e hostileEnv, deadLetter bool) {
 	ctx := t.Context()
-	path := filepath.Join(e.store, queue.FileName)
-	dlqPath := filepath.Join(e.dlq, queue.FileName)
+	path := filepath.Join(e.store, sqlitequeue.FileName)
+	dlqPath := filepath.Join(e.dlq, sqlitequeue.FileName)
 	metaBefore := rawRows(t, path, `SELECT key, value FROM meta ORDER BY key`)
 	// Messages with a pending move when the file was built.
 	// Each row is "id|token": a move is confirmed by its own token.
@@ -502,7 +502,7 @@ func fuzzQueue(t *testing.T, e hostileEnv, deadLetter bool) {
 	}
 
 	beforeRecv := receipts(t, path)
-	msgs, err := q.Receive(ctx, 10, queue.WithVisibility(time.Minute))
+	msgs, err := q.Receive(ctx, 10, queue.ReceiveVisibility(time.Minute))
 	wantBindingsErr(t, "receive", err)
 	if err != nil {
 		t.Errorf("receive: %v", err)

@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
-	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"io"
 	"log/slog"
 	"net/url"
@@ -21,6 +19,8 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
@@ -74,7 +74,7 @@ func crashedQueue(t *testing.T) string {
 		t.Fatal(err)
 	}
 	<-c.Done
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	for _, side := range []string{"-wal", "-shm"} {
 		if fi, err := os.Stat(path + side); err != nil || fi.Size() == 0 {
 			t.Fatalf("the killed writer left no non-empty %s (stat: %v)", side, err)
@@ -195,7 +195,7 @@ type hostileCase struct {
 }
 
 func hostileCases() []hostileCase {
-	qpath := func(dir string) string { return filepath.Join(dir, queue.FileName) }
+	qpath := func(dir string) string { return filepath.Join(dir, sqlitequeue.FileName) }
 	return []hostileCase{{
 		name: "truncated mid-page",
 		make: func(t *testing.T) string {
@@ -222,7 +222,7 @@ func hostileCases() []hostileCase {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Contains(b, []byte("format"+queue.Marker)) || !bytes.Contains(b, []byte("CREATE TABLE messages")) {
+			if !bytes.Contains(b, []byte("format"+sqlitequeue.Marker)) || !bytes.Contains(b, []byte("CREATE TABLE messages")) {
 				t.Fatalf("the cut to %d of %d pages lost the marker or the schema", pages/2, pages)
 			}
 			return dir
@@ -285,9 +285,9 @@ func hostileCases() []hostileCase {
 		kv:   true,
 		make: func(t *testing.T) string {
 			dir := newKV(t)
-			rawExec(t, filepath.Join(dir, kv.FileName), "UPDATE meta SET value = 'localkv.v2' WHERE key = 'format'")
+			rawExec(t, filepath.Join(dir, sqlitekv.FileName), "UPDATE meta SET value = 'localkv.v2' WHERE key = 'format'")
 			for _, side := range []string{"-wal", "-shm"} {
-				if _, err := os.Stat(filepath.Join(dir, kv.FileName) + side); err == nil {
+				if _, err := os.Stat(filepath.Join(dir, sqlitekv.FileName) + side); err == nil {
 					t.Fatalf("the marker edit left a %s", side)
 				}
 			}
@@ -309,7 +309,7 @@ func hostileCases() []hostileCase {
 		kv:   true,
 		make: func(t *testing.T) string {
 			dir := newKV(t)
-			if err := os.Chmod(filepath.Join(dir, kv.FileName), 0o660); err != nil {
+			if err := os.Chmod(filepath.Join(dir, sqlitekv.FileName), 0o660); err != nil {
 				t.Fatal(err)
 			}
 			return dir
@@ -333,7 +333,7 @@ VALUES (old.payload_type, old.payload_data, old.enqueued_at, 0, 0); END`)
 		kv:   true,
 		make: func(t *testing.T) string {
 			dir := newKV(t)
-			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER undelete AFTER DELETE ON kv BEGIN
+			rawExec(t, filepath.Join(dir, sqlitekv.FileName), `CREATE TRIGGER undelete AFTER DELETE ON kv BEGIN
 INSERT INTO kv (key, value, expires_at) VALUES (old.key, old.value, old.expires_at); END`)
 			return dir
 		},
@@ -344,7 +344,7 @@ INSERT INTO kv (key, value, expires_at) VALUES (old.key, old.value, old.expires_
 		kv:   true,
 		make: func(t *testing.T) string {
 			dir := newKV(t)
-			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TRIGGER leak AFTER INSERT ON kv BEGIN
+			rawExec(t, filepath.Join(dir, sqlitekv.FileName), `CREATE TRIGGER leak AFTER INSERT ON kv BEGIN
 INSERT OR REPLACE INTO meta (key, value) VALUES ('leak-' || new.key, CAST(new.value AS TEXT)); END`)
 			return dir
 		},
@@ -383,7 +383,7 @@ INSERT OR REPLACE INTO meta (key, value) VALUES ('leak-' || new.key, CAST(new.va
 		kv:   true,
 		make: func(t *testing.T) string {
 			dir := newKV(t)
-			rawExec(t, filepath.Join(dir, kv.FileName), `CREATE TABLE audit (who TEXT, what TEXT)`)
+			rawExec(t, filepath.Join(dir, sqlitekv.FileName), `CREATE TABLE audit (who TEXT, what TEXT)`)
 			return dir
 		},
 		want:        []string{`table "audit"`, "DROP TABLE"},
@@ -433,9 +433,9 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dir := c.make(t)
-			f, file := sqlitequeue.Format(), queue.FileName
+			f, file := sqlitequeue.Format(), sqlitequeue.FileName
 			if c.kv {
-				f, file = sqlitekv.Format(), kv.FileName
+				f, file = sqlitekv.Format(), sqlitekv.FileName
 			}
 			path := filepath.Join(dir, file)
 			before := testutil.StoreHashes(t, dir)
@@ -489,7 +489,7 @@ func TestHostileStoresAreRefusedUntouched(t *testing.T) {
 func TestForeignWALWasCheckpointedIntoTheStore(t *testing.T) {
 	t.Parallel()
 	dir := storeQueue(t, 50)
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.HashFile(t, path)
 	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
@@ -565,7 +565,7 @@ func TestLiveWALIsTrusted(t *testing.T) {
 func TestGroupReadableStoreOpensWithAWarning(t *testing.T) {
 	t.Parallel()
 	dir := newKV(t)
-	path := filepath.Join(dir, kv.FileName)
+	path := filepath.Join(dir, sqlitekv.FileName)
 	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +594,7 @@ func TestGroupReadableStoreOpensWithAWarning(t *testing.T) {
 func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
 	t.Parallel()
 	dir := crashedQueue(t)
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	if err := os.Truncate(path, 4096); err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +618,7 @@ func TestCrashLeftWALOverACutFileIsRefused(t *testing.T) {
 func TestBackupRefusesAForeignWAL(t *testing.T) {
 	t.Parallel()
 	dir := storeQueue(t, 20)
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, dir)
 	dst := filepath.Join(t.TempDir(), "b.sqlite")
@@ -629,7 +629,7 @@ func TestBackupRefusesAForeignWAL(t *testing.T) {
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("backup left %s (stat: %v)", dst, err)
 	}
-	wantSameFiles(t, dir, before, "backup", queue.FileName, false)
+	wantSameFiles(t, dir, before, "backup", sqlitequeue.FileName, false)
 }
 
 // TestRestoreOverHostileStores: restore is how a damaged store is fixed, so
@@ -640,10 +640,10 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	src := filepath.Join(storeQueue(t, 5), queue.FileName)
+	src := filepath.Join(storeQueue(t, 5), sqlitequeue.FileName)
 
 	damaged := storeQueue(t, 50)
-	path := filepath.Join(damaged, queue.FileName)
+	path := filepath.Join(damaged, sqlitequeue.FileName)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -667,14 +667,14 @@ func TestRestoreOverHostileStores(t *testing.T) {
 	_ = q.Close()
 
 	planted := storeQueue(t, 50)
-	path = filepath.Join(planted, queue.FileName)
+	path = filepath.Join(planted, sqlitequeue.FileName)
 	writeFile(t, path+"-wal", foreignWAL(t), 0o600)
 	before := testutil.StoreHashes(t, planted)
 	_, err = sqlstore.Restore(ctx, planted, sqlitequeue.Format(), src, now)
 	if err == nil || !strings.Contains(err.Error(), path+"-wal") || !strings.Contains(err.Error(), "cannot be shown to belong") {
 		t.Errorf("restore beside a foreign -wal: %v; want the -wal named", err)
 	}
-	wantSameFiles(t, planted, before, "restore", queue.FileName, false)
+	wantSameFiles(t, planted, before, "restore", sqlitequeue.FileName, false)
 }
 
 // TestHotJournalIsRolledBack: a writer killed while it created a store (in
@@ -685,7 +685,7 @@ func TestRestoreOverHostileStores(t *testing.T) {
 // to the file before its commit.
 func TestHotJournalIsRolledBack(t *testing.T) {
 	t.Parallel()
-	scratch := filepath.Join(t.TempDir(), queue.FileName)
+	scratch := filepath.Join(t.TempDir(), sqlitequeue.FileName)
 	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: scratch}).String())
 	if err != nil {
 		t.Fatal(err)
@@ -710,7 +710,7 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	for _, side := range []string{"", "-journal"} {
 		b, err := os.ReadFile(scratch + side)
 		if err != nil || len(b) == 0 {
@@ -740,7 +740,7 @@ func TestHotJournalIsRolledBack(t *testing.T) {
 func TestUnknownOwnTableOpens(t *testing.T) {
 	t.Parallel()
 	dir := storeQueue(t, 2)
-	path := filepath.Join(dir, queue.FileName)
+	path := filepath.Join(dir, sqlitequeue.FileName)
 	rawExec(t, path, `CREATE TABLE lc_future (x INTEGER)`)
 	q, err := queue.Open(t.Context(), dir)
 	if err != nil {
@@ -761,7 +761,7 @@ func TestUnknownOwnTableOpens(t *testing.T) {
 func TestForeignObjectErrorNamesTheObject(t *testing.T) {
 	t.Parallel()
 	dir := storeQueue(t, 1)
-	rawExec(t, filepath.Join(dir, queue.FileName), `CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END`)
+	rawExec(t, filepath.Join(dir, sqlitequeue.FileName), `CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END`)
 	_, err := queue.Open(t.Context(), dir)
 	t.Logf("%v", err)
 	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), `trigger "keep" (CREATE TRIGGER keep AFTER DELETE ON messages BEGIN SELECT 1; END)`) ||

@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings"
-	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/testutil"
 )
 
@@ -196,15 +197,15 @@ func TestStartRefusesAStoreOfAnotherFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	if err := os.Rename(filepath.Join(b.Path, queue.FileName), filepath.Join(b.Path, kv.FileName)); err != nil {
+	if err := os.Rename(filepath.Join(b.Path, sqlitequeue.FileName), filepath.Join(b.Path, sqlitekv.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := os.ReadFile(filepath.Join(b.Path, kv.FileName))
+	before, _ := os.ReadFile(filepath.Join(b.Path, sqlitekv.FileName))
 	_, err = Start(ctx, st, Options{NoWatch: true, HealthInterval: -1})
 	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), "localqueue.v1") {
 		t.Fatalf("Start = %v, want a format error", err)
 	}
-	after, _ := os.ReadFile(filepath.Join(b.Path, kv.FileName))
+	after, _ := os.ReadFile(filepath.Join(b.Path, sqlitekv.FileName))
 	if !bytes.Equal(before, after) {
 		t.Error("the foreign store was changed")
 	}
@@ -256,7 +257,7 @@ func TestApplyDiff(t *testing.T) {
 	if _, ok := s.stores["gone"]; ok {
 		t.Error("removed binding still served")
 	}
-	if _, err := os.Stat(filepath.Join(gonePath, kv.FileName)); err != nil {
+	if _, err := os.Stat(filepath.Join(gonePath, sqlitekv.FileName)); err != nil {
 		t.Errorf("files of a removed binding: %v", err)
 	}
 	rt := s.Runtime()
@@ -309,7 +310,7 @@ func TestReloadKeepsTheLastGoodStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Close()
-	os.Rename(filepath.Join(dir, ".localcloud", "kv", "bad", queue.FileName), filepath.Join(dir, ".localcloud", "kv", "bad", kv.FileName))
+	os.Rename(filepath.Join(dir, ".localcloud", "kv", "bad", sqlitequeue.FileName), filepath.Join(dir, ".localcloud", "kv", "bad", sqlitekv.FileName))
 	writeFile(t, file, stackText("  bad:\n    type: kv", "  more:\n    type: kv"))
 	if _, err := s.Reload(ctx, "test"); !errors.Is(err, bindings.ErrBindingSetupFailed) {
 		t.Fatalf("Reload with a foreign store = %v", err)

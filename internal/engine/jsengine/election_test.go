@@ -68,7 +68,7 @@ func TestAckWhileStreamElects(t *testing.T) {
 	if err := q.Send(ctx, queue.Text("m")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(20*time.Second))
+	msgs, err := q.Receive(ctx, 1, queue.ReceiveVisibility(20*time.Second))
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("receive: %v, %d messages", err, len(msgs))
 	}
@@ -192,7 +192,7 @@ func TestAckWhileConsumerElects(t *testing.T) {
 	if err := q.Send(ctx, queue.Text("m")); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := q.Receive(ctx, 1, queue.WithVisibility(20*time.Second))
+	msgs, err := q.Receive(ctx, 1, queue.ReceiveVisibility(20*time.Second))
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("receive: %v, %d messages", err, len(msgs))
 	}

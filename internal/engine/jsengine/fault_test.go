@@ -277,7 +277,7 @@ func faultConsume() error {
 	for {
 		call := time.Now().UnixNano()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		msgs, err := q.Receive(ctx, 10, queue.WithVisibility(faultLease))
+		msgs, err := q.Receive(ctx, 10, queue.ReceiveVisibility(faultLease))
 		cancel()
 		ret := time.Now().UnixNano()
 		if err != nil {

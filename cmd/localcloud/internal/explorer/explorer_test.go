@@ -466,7 +466,7 @@ func deadLetter(t *testing.T, e *env, payload string) {
 	if err := c.Send(t.Context(), queue.Text(payload)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Receive(t.Context(), 1, queue.WithVisibility(time.Millisecond)); err != nil {
+	if _, err := c.Receive(t.Context(), 1, queue.ReceiveVisibility(time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
