@@ -25,24 +25,6 @@ func ExportDB(q *Queue) *sqlstore.DB {
 	return nil
 }
 
-// ExportSetMaxMovesPerClaim sets the cap of dead letters one claim starts.
-// For the crash test's helper process only: it is not safe while handles
-// are in use.
-func ExportSetMaxMovesPerClaim(n int) { sqlitequeue.SetMaxMovesPerClaim(n) }
-
-// ExportParseReceipt and ExportFormatReceipt are the receipt handle codec,
-// for the fuzz tests.
-var (
-	ExportParseReceipt  = sqlitequeue.ParseReceiptParts
-	ExportFormatReceipt = sqlitequeue.FormatReceipt
-)
-
-// ExportStmtDue is the receive select, for the query-plan test.
-const ExportStmtDue = sqlitequeue.StmtDue
-
-// ExportStmtClaimOne is the one-statement claim of Receive(1).
-const ExportStmtClaimOne = sqlitequeue.StmtClaimOne
-
 // ExportWithoutLocalWake stops a handle's Send and Nack from waking waiters
 // of this process directly, so only NATS hints and polls wake them: the path
 // a consumer in another process takes.

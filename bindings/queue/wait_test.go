@@ -382,28 +382,3 @@ func hwVisibleAt(t testing.TB, q *queue.Queue, id int64) time.Time {
 	}
 	return time.UnixMilli(v)
 }
-
-// TestNextVisibleUsesSpecIndex: the wake-up timer's query is one seek on
-// idx_messages_visible, not a scan.
-func TestNextVisibleUsesSpecIndex(t *testing.T) {
-	t.Parallel()
-	q := hwOpen(t, t.TempDir())
-	rows, err := queue.ExportDB(q).R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan += detail + "\n"
-	}
-	want := "SEARCH messages USING COVERING INDEX idx_messages_visible (visible_at>?)\n"
-	if plan != want {
-		t.Fatalf("plan:\n%s\nwant:\n%s", plan, want)
-	}
-}

@@ -1,7 +1,6 @@
 package sqlitekv_test
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,8 +13,6 @@ import (
 
 // What the SQLite engine stores, beyond what the conformance suite
 // (kvtest) can see through the public API: the spec's columns and rows.
-
-var ctx = context.Background()
 
 // store is the public handle with the engine's own beside it.
 type store struct {

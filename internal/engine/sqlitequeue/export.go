@@ -5,24 +5,6 @@ import "github.com/localcloud/localcloud/notify"
 // Hooks for localcloud's own tests (this package is internal, so apps never
 // see them).
 
-// SetMaxMovesPerClaim sets the cap of dead letters one claim starts. For
-// the crash test's helper process only: it is not safe while handles are in
-// use.
-func SetMaxMovesPerClaim(n int) { maxMovesPerClaim = n }
-
-// ParseReceiptParts and FormatReceipt are the receipt handle codec, for the
-// fuzz tests.
-var (
-	ParseReceiptParts = parseReceipt
-	FormatReceipt     = formatReceipt
-)
-
-// StmtDue is the receive select, for the query-plan test.
-const StmtDue = stmtDue
-
-// StmtClaimOne is the one-statement claim of Receive(1).
-const StmtClaimOne = stmtClaimOne
-
 // HintWakes returns how many hints (and reconnections) the handle's shared
 // subscription has seen, making the subscription if needed.
 func (q *Queue) HintWakes() uint64 {

@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"bufio"
@@ -61,7 +61,7 @@ func TestMultiProcessReceive(t *testing.T) {
 
 	// What was stored: id -> "type\tdata".
 	want := map[int64]string{}
-	scanPayloads(t, queue.ExportDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { want[id] = p })
+	scanPayloads(t, dbOf(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { want[id] = p })
 	if len(want) != messages {
 		t.Fatalf("%d rows stored; want %d", len(want), messages)
 	}
@@ -142,7 +142,7 @@ func TestMultiProcessReceive(t *testing.T) {
 	if n := rawCountRows(t, q); n != 0 {
 		t.Errorf("%d messages left after every ack; want 0", n)
 	}
-	checkIntegrity(t, queue.ExportDB(q).R)
+	checkIntegrity(t, dbOf(q).R)
 	t.Logf("sent %d in %v; %d processes x %d goroutines acked them in %v (%.0f msg/s); per process %v",
 		messages, sendTime.Round(time.Millisecond), mpProcesses, mpGoroutines,
 		consumeTime.Round(time.Millisecond), float64(messages)/consumeTime.Seconds(), perProcess)
@@ -196,7 +196,7 @@ func mpPayload(i int) queue.Payload {
 func rawCountRows(t *testing.T, q *queue.Queue) int {
 	t.Helper()
 	var n int
-	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil {
+	if err := dbOf(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -222,7 +222,7 @@ func mpConsume(dir string, in io.Reader, out, errOut io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	q, err := queue.Open(ctx, dir, queue.WithDefaultVisibility(mpLease))
+	q, err := openQueue(ctx, dir, queue.WithDefaultVisibility(mpLease))
 	if err != nil {
 		return fail("open: %v", err)
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func TestAliasHelperProcess(t *testing.T) {
 	q, alias, _ := strings.Cut(env, string(os.PathListSeparator))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := queue.Open(ctx, q, queue.WithDeadLetter(1, alias))
+	h, err := openQueue(ctx, q, queue.WithDeadLetter(1, alias))
 	if err != nil {
 		fmt.Println("refused:", err)
 		os.Exit(0)

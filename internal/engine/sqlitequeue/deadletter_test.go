@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"bufio"
@@ -50,28 +50,28 @@ func readDLState(t *testing.T, src, dlq string) dlState {
 func readDLStateBefore(t *testing.T, src, dlq string) dlState {
 	t.Helper()
 	st := dlState{source: map[int64]string{}, dead: map[int64]string{}}
-	q, err := queue.Open(ctx, src, queue.WithReadOnly())
+	q, err := openQueue(ctx, src, queue.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	scanPayloads(t, queue.ExportDB(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
-	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
+	scanPayloads(t, dbOf(q).R, "SELECT id, payload_type, payload_data FROM messages", func(id int64, p string) { st.source[id] = p })
+	if err := dbOf(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM lc_moves").Scan(&st.intents); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, queue.ExportDB(q).R)
+	checkIntegrity(t, dbOf(q).R)
 	// Never created, or created empty by a process killed before its first
 	// transaction (stat opens no descriptor on the database file).
 	if fi, err := os.Stat(filepath.Join(dlq, sqlitequeue.FileName)); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
 		return st
 	}
-	d, err := queue.Open(ctx, dlq, queue.WithReadOnly())
+	d, err := openQueue(ctx, dlq, queue.WithReadOnly())
 	if err != nil {
 		st.dlqErr = err
 		return st
 	}
 	defer d.Close()
-	scanPayloads(t, queue.ExportDB(d).R, `SELECT r.origin_id, m.payload_type, m.payload_data
+	scanPayloads(t, dbOf(d).R, `SELECT r.origin_id, m.payload_type, m.payload_data
 FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-letter'`, func(id int64, p string) {
 		if _, dup := st.dead[id]; dup {
 			t.Errorf("origin id %d has two dead letters", id)
@@ -79,10 +79,10 @@ FROM lc_arrivals r JOIN messages m ON m.id = r.message_id AND r.kind = 'dead-let
 		st.dead[id] = p
 		st.records++
 	})
-	if err := queue.ExportDB(d).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
+	if err := dbOf(d).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&st.dlqMsgs); err != nil {
 		t.Fatal(err)
 	}
-	checkIntegrity(t, queue.ExportDB(d).R)
+	checkIntegrity(t, dbOf(d).R)
 	return st
 }
 
@@ -146,7 +146,7 @@ func (st dlState) wantExactlyOnce(t *testing.T, want map[int64]string) {
 // it. It returns what was stored, by id.
 func spendAll(t *testing.T, dir string, n int) map[int64]string {
 	t.Helper()
-	q, err := queue.Open(ctx, dir)
+	q, err := openQueue(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestDeadLetterRecoveryAfterStepTwo(t *testing.T) {
 	want := spendAll(t, src, 5)
 	q := openFile(t, src, queue.WithDeadLetter(1, dlq))
 	// Step 3 fails on this handle's connection only.
-	err := queue.ExportDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
+	err := dbOf(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})
@@ -300,7 +300,7 @@ func TestDeadLetterSpecReaders(t *testing.T) {
 		t.Fatal(msgs, err)
 	}
 	// Step 3 fails, so the message stays mid-move in the source.
-	err = queue.ExportDB(q).Write(ctx, func(tx *sqlstore.Tx) error {
+	err = dbOf(q).Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER fail_step3 BEFORE DELETE ON main.lc_moves BEGIN SELECT RAISE(ABORT, 'killed'); END`)
 		return err
 	})
@@ -401,7 +401,7 @@ func TestDeadLetterMoveSurvivesSIGKILL(t *testing.T) {
 			if i == 0 {
 				opts = append(opts, queue.WithDeadLetter(1, dlq))
 			}
-			q, err := queue.Open(ctx, dir, opts...)
+			q, err := openQueue(ctx, dir, opts...)
 			if err != nil {
 				t.Fatalf("round %d: open %s after the kill: %v", round, dir, err)
 			}
@@ -472,10 +472,10 @@ func TestDeadLetterHelperProcess(t *testing.T) {
 func dlHelper(src, dlq string) int {
 	// Small claims: more commits, so more moments at which a kill lands
 	// between two of them.
-	queue.ExportSetMaxMovesPerClaim(dlHelperMovesPerClaim)
+	sqlitequeue.SetMaxMovesPerClaim(dlHelperMovesPerClaim)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	q, err := queue.Open(ctx, src, queue.WithDeadLetter(1, dlq), queue.WithBindingName("orders"))
+	q, err := openQueue(ctx, src, queue.WithDeadLetter(1, dlq), queue.WithBindingName("orders"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 1

@@ -1,4 +1,4 @@
-package kv_test
+package sqlitekv_test
 
 import (
 	"database/sql"
@@ -9,7 +9,6 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
@@ -21,7 +20,7 @@ import (
 func TestOddRows(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

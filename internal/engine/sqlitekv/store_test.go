@@ -1,8 +1,7 @@
-package kv_test
+package sqlitekv_test
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -21,8 +20,6 @@ import (
 	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
 )
 
-var ctx = context.Background()
-
 func TestConformanceFile(t *testing.T) {
 	t.Parallel()
 	kvtest.Run(t, func(t *testing.T) kvtest.Harness {
@@ -33,7 +30,7 @@ func TestConformanceFile(t *testing.T) {
 			Check:      integrityCheck,
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				t.Helper()
-				s, err := kv.Open(ctx, dir, opts...)
+				s, err := openKV(ctx, dir, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -61,7 +58,7 @@ func TestConformanceMemoryServerTime(t *testing.T) {
 func integrityCheck(t *testing.T, s *kv.Store) {
 	t.Helper()
 	var res string
-	if err := kv.ExportDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := dbOf(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("integrity_check = %q, %v; want ok", res, err)
 	}
 }
@@ -74,7 +71,7 @@ func memoryHarness(caps kvtest.Capabilities) func(t *testing.T) kvtest.Harness {
 			Check: integrityCheck,
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				t.Helper()
-				s, err := kv.OpenMemory(ctx, name, opts...)
+				s, err := openKVMemory(ctx, name, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -87,7 +84,7 @@ func memoryHarness(caps kvtest.Capabilities) func(t *testing.T) kvtest.Harness {
 func TestFileModes(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "a", "kv")
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +161,7 @@ func TestForeignFormatUntouched(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := kv.Open(ctx, dir)
+	_, err := openKV(ctx, dir)
 	wantSetupFailed(t, err, "teststore.v2", "localkv.v1", path)
 	if got := tables(t, db); got != "meta,widgets" {
 		t.Fatalf("tables after refused open = %s; want meta,widgets", got)
@@ -174,7 +171,7 @@ func TestForeignFormatUntouched(t *testing.T) {
 func TestChangedMarkerRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +180,7 @@ func TestChangedMarkerRefused(t *testing.T) {
 	if _, err := db.Exec(`UPDATE meta SET value = 'localkv.v2' WHERE key = 'format'`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = kv.Open(ctx, dir)
+	_, err = openKV(ctx, dir)
 	wantSetupFailed(t, err, "localkv.v2", "localkv.v1")
 }
 
@@ -194,7 +191,7 @@ func TestOtherProgramsDatabaseUntouched(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE notes (body TEXT)`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := kv.Open(ctx, dir)
+	_, err := openKV(ctx, dir)
 	wantSetupFailed(t, err, "notes", "localkv.v1")
 	if got := tables(t, db); got != "notes" {
 		t.Fatalf("tables = %s; want notes only", got)
@@ -213,7 +210,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 			if err := os.WriteFile(path, content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := kv.Open(ctx, dir)
+			_, err := openKV(ctx, dir)
 			wantSetupFailed(t, err, path)
 			got, err := os.ReadFile(path)
 			if err != nil || !bytes.Equal(got, content) {
@@ -230,7 +227,7 @@ func TestDirectoryAtFilePath(t *testing.T) {
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, err := kv.Open(ctx, dir)
+	_, err := openKV(ctx, dir)
 	wantSetupFailed(t, err, path, "directory")
 	if st, err := os.Stat(path); err != nil || !st.IsDir() {
 		t.Fatalf("directory at the store path disturbed: %v", err)
@@ -244,7 +241,7 @@ func TestUncreatableDirectory(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := kv.Open(ctx, filepath.Join(file, "kv"))
+	_, err := openKV(ctx, filepath.Join(file, "kv"))
 	if !errors.Is(err, bindings.ErrLocalFilesystem) {
 		t.Fatalf("err = %v; want LOCAL_FILESYSTEM_ERROR", err)
 	}
@@ -268,7 +265,7 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,14 +293,14 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 func TestMemoryLifetime(t *testing.T) {
 	t.Parallel()
 	name := fmt.Sprintf("lifetime-%d", memSeq.Add(1))
-	a, err := kv.OpenMemory(ctx, name)
+	a, err := openKVMemory(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	other, err := kv.OpenMemory(ctx, name+"-other")
+	other, err := openKVMemory(ctx, name+"-other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +309,7 @@ func TestMemoryLifetime(t *testing.T) {
 		t.Fatal("a differently named memory store shares data")
 	}
 	a.Close()
-	b, err := kv.OpenMemory(ctx, name)
+	b, err := openKVMemory(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +317,7 @@ func TestMemoryLifetime(t *testing.T) {
 	if _, ok, _ := b.Get(ctx, "k"); ok {
 		t.Fatal("memory store outlived its last handle")
 	}
-	if _, err := kv.OpenMemory(ctx, "bad/name"); !errors.Is(err, bindings.ErrInvalidInput) {
+	if _, err := openKVMemory(ctx, "bad/name"); !errors.Is(err, bindings.ErrInvalidInput) {
 		t.Fatalf("bad memory name: %v", err)
 	}
 }
@@ -328,13 +325,13 @@ func TestMemoryLifetime(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	s.Put(ctx, "k", []byte("v"))
-	ro, err := kv.Open(ctx, dir, kv.WithReadOnly())
+	ro, err := openKV(ctx, dir, kv.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +342,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := ro.Put(ctx, "k2", []byte("v")); !errors.Is(err, bindings.ErrKVOperationFailed) {
 		t.Fatalf("read-only Put = %v; want KV_OPERATION_FAILED", err)
 	}
-	if _, err := kv.Open(ctx, filepath.Join(dir, "nothing-here"), kv.WithReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
+	if _, err := openKV(ctx, filepath.Join(dir, "nothing-here"), kv.WithReadOnly()); !errors.Is(err, bindings.ErrBindingSetupFailed) {
 		t.Fatalf("read-only open of a missing store = %v", err)
 	}
 }
@@ -355,7 +352,7 @@ func TestReadOnly(t *testing.T) {
 func TestWaitsForForeignWriter(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := kv.Open(ctx, dir)
+	s, err := openKV(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

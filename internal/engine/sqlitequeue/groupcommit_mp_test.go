@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"bufio"
@@ -135,7 +135,7 @@ func TestMultiProcessGroupCommit(t *testing.T) {
 	if n := rawCountRows(t, q); n != 0 {
 		t.Errorf("%d messages left after every ack held; want 0 (a lost ack)", n)
 	}
-	checkIntegrity(t, queue.ExportDB(q).R)
+	checkIntegrity(t, dbOf(q).R)
 	if commits == 0 || commits >= writes {
 		t.Errorf("%d single-statement writes took %d commits: no group commit happened", writes, commits)
 	}
@@ -168,7 +168,7 @@ func groupProcess(dir, proc string, per int, in io.Reader, out, errOut io.Writer
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	q, err := queue.Open(ctx, dir, queue.WithDefaultVisibility(mpLease))
+	q, err := openQueue(ctx, dir, queue.WithDefaultVisibility(mpLease))
 	if err != nil {
 		return fail("open: %v", err)
 	}
@@ -256,7 +256,7 @@ func groupProcess(dir, proc string, per int, in io.Reader, out, errOut io.Writer
 	}
 	drain.Store(true)
 	all.Wait()
-	say("groups\t%d\t%d", writes.Load(), queue.ExportDB(q).GroupCommits())
+	say("groups\t%d\t%d", writes.Load(), dbOf(q).GroupCommits())
 	if len(errs) > 0 {
 		return fail("%s", strings.Join(errs, "; "))
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"database/sql"
@@ -423,7 +423,7 @@ CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, payload_type TEXT, 
 enqueued_at INTEGER, visible_at INTEGER, attempt INTEGER DEFAULT 0, receipt_handle TEXT)`); err != nil {
 		f.Fatal(err)
 	}
-	q, err := queue.Open(ctx, dir)
+	q, err := openQueue(ctx, dir)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,8 +1,7 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -25,8 +24,6 @@ import (
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 	"github.com/localcloud/localcloud/internal/sqlstore"
 )
-
-var ctx = context.Background()
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -64,7 +61,7 @@ func fileHarness(t *testing.T) queuetest.Harness {
 			return openFile(t, dir, opts...)
 		},
 		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
-			return queue.Open(ctx, dir, opts...)
+			return openQueue(ctx, dir, opts...)
 		},
 		OpenSibling: func(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 			t.Helper()
@@ -88,7 +85,7 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 			return openMemory(t, name, opts...)
 		},
 		TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
-			return queue.OpenMemory(ctx, name, opts...)
+			return openQueueMemory(ctx, name, opts...)
 		},
 		OpenSibling: func(t *testing.T, sibling string, opts ...queue.Option) *queue.Queue {
 			t.Helper()
@@ -105,7 +102,7 @@ var sqliteCaps = queuetest.Capabilities{ControlsTime: true, IDUUIDReceipts: true
 func integrityCheck(t *testing.T, q *queue.Queue) {
 	t.Helper()
 	var res string
-	if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := dbOf(q).R.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
 	}
 }
@@ -128,7 +125,7 @@ func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
 	}
 	var receipt *string
 	var attempt int
-	err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT receipt_handle, attempt FROM messages WHERE id = ?", m.ID).Scan(&receipt, &attempt)
+	err := dbOf(q).R.QueryRowContext(ctx, "SELECT receipt_handle, attempt FROM messages WHERE id = ?", m.ID).Scan(&receipt, &attempt)
 	if err != nil {
 		t.Fatalf("read message %d: %v", m.ID, err)
 	}
@@ -145,7 +142,7 @@ func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
 // the file's schema is unchanged and nobody else sees it.
 func refuseSends(t *testing.T, q *queue.Queue, data string) (undo func()) {
 	t.Helper()
-	db := queue.ExportDB(q)
+	db := dbOf(q)
 	err := db.Write(ctx, func(tx *sqlstore.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE INSERT ON main.messages
 WHEN NEW.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT RAISE(ABORT, 'queuetest: refused insert'); END`)
@@ -167,7 +164,7 @@ WHEN NEW.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT R
 
 func openFile(t *testing.T, dir string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := queue.Open(ctx, dir, opts...)
+	q, err := openQueue(ctx, dir, opts...)
 	if err != nil {
 		t.Fatalf("open %s: %v", dir, err)
 	}
@@ -177,7 +174,7 @@ func openFile(t *testing.T, dir string, opts ...queue.Option) *queue.Queue {
 
 func openMemory(t *testing.T, name string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := queue.OpenMemory(ctx, name, opts...)
+	q, err := openQueueMemory(ctx, name, opts...)
 	if err != nil {
 		t.Fatalf("open memory %s: %v", name, err)
 	}
@@ -190,26 +187,6 @@ func checkIntegrity(t *testing.T, db *sql.DB) {
 	var res string
 	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
-	}
-}
-
-func TestOpenOptionsValidated(t *testing.T) {
-	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "q")
-	for _, d := range []time.Duration{0, queue.MaxVisibility + 1} {
-		_, err := queue.Open(ctx, dir, queue.WithDefaultVisibility(d))
-		wantCode(t, err, bindings.ErrInvalidInput, "default visibility")
-		_, err = queue.OpenMemory(ctx, memName("opts"), queue.WithDefaultVisibility(d))
-		wantCode(t, err, bindings.ErrInvalidInput, "default visibility")
-	}
-	_, err := queue.Open(ctx, dir, queue.WithDurability("fast"))
-	wantCode(t, err, bindings.ErrInvalidInput, "durability", "fast")
-	_, err = queue.OpenMemory(ctx, "no/slashes")
-	wantCode(t, err, bindings.ErrInvalidInput, "name")
-	_, err = queue.Open(ctx, "")
-	wantCode(t, err, bindings.ErrInvalidInput, "dir")
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("rejected opens created %s (stat: %v)", dir, err)
 	}
 }
 
@@ -245,10 +222,10 @@ func TestFileModes(t *testing.T) {
 			wantMode(t, filepath.Join(dir, sqlitequeue.FileName+"-wal"), 0o600)
 			wantMode(t, filepath.Join(dir, sqlitequeue.FileName+"-shm"), 0o600)
 			var mode string
-			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := dbOf(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, queue.ExportDB(q).R)
+			checkIntegrity(t, dbOf(q).R)
 		})
 	}
 }
@@ -417,7 +394,7 @@ func TestForeignFormatUntouched(t *testing.T) {
 	closeDB(t, db)
 	beforeBytes, beforeDump := readFile(t, path), dump(t, path)
 
-	_, err := queue.Open(ctx, dir)
+	_, err := openQueue(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "teststore.v2", sqlitequeue.Marker, path)
 
 	if got := tableNames(t, path); got != "meta,sqlite_autoindex_meta_1,widgets" {
@@ -448,9 +425,9 @@ func TestChangedMarkerRefused(t *testing.T) {
 	closeDB(t, db)
 	before := dump(t, path)
 
-	_, err := queue.Open(ctx, dir)
+	_, err := openQueue(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", sqlitequeue.Marker, path)
-	_, err = queue.Open(ctx, dir, queue.WithReadOnly())
+	_, err = openQueue(ctx, dir, queue.WithReadOnly())
 	wantCode(t, err, bindings.ErrBindingSetupFailed, "localqueue.v2", sqlitequeue.Marker)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)
@@ -469,7 +446,7 @@ func TestNoMarkerRowRefused(t *testing.T) {
 		`INSERT INTO meta VALUES ('owner', 'someone')`)
 	closeDB(t, db)
 	before := dump(t, path)
-	_, err := queue.Open(ctx, dir)
+	_, err := openQueue(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, sqlitequeue.Marker, path)
 	if after := dump(t, path); after != before {
 		t.Errorf("content changed by the refused open:\nbefore:\n%s\nafter:\n%s", before, after)
@@ -489,7 +466,7 @@ func TestOtherProgramsDatabaseUntouched(t *testing.T) {
 	closeDB(t, db)
 	beforeBytes, beforeDump := readFile(t, path), dump(t, path)
 
-	_, err := queue.Open(ctx, dir)
+	_, err := openQueue(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, path, sqlitequeue.Marker, "users")
 
 	if got := tableNames(t, path); got != "users" {
@@ -516,7 +493,7 @@ func TestGarbageFileUntouched(t *testing.T) {
 			if err := os.WriteFile(path, content, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err := queue.Open(ctx, dir)
+			_, err := openQueue(ctx, dir)
 			wantCode(t, err, bindings.ErrBindingSetupFailed, path)
 			wantSameBytes(t, path, content)
 			wantMode(t, path, 0o644)
@@ -532,7 +509,7 @@ func TestDirectoryAtFilePath(t *testing.T) {
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := queue.Open(ctx, dir)
+	_, err := openQueue(ctx, dir)
 	wantCode(t, err, bindings.ErrBindingSetupFailed, path)
 	if st, err := os.Stat(path); err != nil || !st.IsDir() {
 		t.Errorf("the directory at %s was changed (stat: %v)", path, err)
@@ -571,7 +548,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 	}
 	q = openFile(t, dir, queue.WithClock(c.Now))
 	// The one-statement claim of Receive(1): its select must walk in order too.
-	plan := explain(t, q, queue.ExportStmtClaimOne, int64(0), "00000000-0000-0000-0000-000000000000", c.Now().UnixMilli())
+	plan := explain(t, q, sqlitequeue.StmtClaimOne, int64(0), "00000000-0000-0000-0000-000000000000", c.Now().UnixMilli())
 	if strings.Contains(plan, "TEMP B-TREE") || !strings.Contains(plan, "lc_messages_order") {
 		t.Errorf("receive(1) claim plan %q; want a walk of lc_messages_order, no TEMP B-TREE", plan)
 	}
@@ -580,11 +557,11 @@ func TestReceivePlanNoSort(t *testing.T) {
 		// The statement the library runs (the unary + keeps SQLite from
 		// answering visible_at <= ? through the spec's index), and the probe
 		// that skips the claim transaction on an empty queue.
-		"library": queue.ExportStmtDue,
+		"library": sqlitequeue.StmtDue,
 		"probe":   `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`,
 	} {
 		for _, limit := range []int{1, queue.MaxReceiveBatch} { // SQLite plans with the bound LIMIT
-			rows, err := queue.ExportDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
+			rows, err := dbOf(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, c.Now().UnixMilli(), limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -612,7 +589,7 @@ func TestReceivePlanNoSort(t *testing.T) {
 
 func explain(t *testing.T, q *queue.Queue, stmt string, args ...any) string {
 	t.Helper()
-	rows, err := queue.ExportDB(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
+	rows, err := dbOf(q).R.QueryContext(ctx, "EXPLAIN QUERY PLAN "+stmt, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +629,7 @@ func TestMemoryGoneWhenLastHandleCloses(t *testing.T) {
 	if err != nil || len(msgs) != 0 {
 		t.Fatalf("after every handle closed: %d messages, %v; want an empty queue", len(msgs), err)
 	}
-	checkIntegrity(t, queue.ExportDB(c).R)
+	checkIntegrity(t, dbOf(c).R)
 }
 
 func TestMemorySharedWhileOpen(t *testing.T) {
@@ -675,10 +652,10 @@ func TestMemorySharedWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := queue.ExportDB(b).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
+	if err := dbOf(b).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("COUNT(*) = %d, %v after an ack on a third handle; want 0", n, err)
 	}
-	checkIntegrity(t, queue.ExportDB(b).R)
+	checkIntegrity(t, dbOf(b).R)
 }
 
 func TestMemoryNamesIndependent(t *testing.T) {
@@ -860,14 +837,14 @@ func TestSpecWrittenStoreOpens(t *testing.T) {
 				t.Fatal(err)
 			}
 			var n int
-			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
+			if err := dbOf(q).R.QueryRowContext(ctx, "SELECT COUNT(*) FROM messages").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("COUNT(*) = %d, %v; want 1", n, err)
 			}
 			var mode string
-			if err := queue.ExportDB(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+			if err := dbOf(q).R.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
 				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
 			}
-			checkIntegrity(t, queue.ExportDB(q).R)
+			checkIntegrity(t, dbOf(q).R)
 		})
 	}
 }
@@ -963,5 +940,30 @@ func TestSpecReaderReadsLocalcloudStore(t *testing.T) {
 	if !errors.Is(err, queue.ErrStaleReceipt) {
 		t.Fatalf("ack with the spec reader's old receipt: %v; want ErrStaleReceipt", err)
 	}
-	checkIntegrity(t, queue.ExportDB(q).R)
+	checkIntegrity(t, dbOf(q).R)
+}
+
+// TestNextVisibleUsesSpecIndex: the wake-up timer's query is one seek on
+// idx_messages_visible, not a scan.
+func TestNextVisibleUsesSpecIndex(t *testing.T) {
+	t.Parallel()
+	q := hwOpen(t, t.TempDir())
+	rows, err := dbOf(q).R.Query(`EXPLAIN QUERY PLAN SELECT MIN(visible_at) FROM messages WHERE visible_at > ?1`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan += detail + "\n"
+	}
+	want := "SEARCH messages USING COVERING INDEX idx_messages_visible (visible_at>?)\n"
+	if plan != want {
+		t.Fatalf("plan:\n%s\nwant:\n%s", plan, want)
+	}
 }

@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package kv_test
+package sqlitekv_test
 
 // The identifiers of this file start with "mp" so they cannot collide with
 // the package's other test files.
@@ -43,7 +43,7 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 	}
 	t.Parallel()
 	dir := t.TempDir()
-	s, err := kv.Open(context.Background(), dir)
+	s, err := openKV(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMultiProcessPutIfNotExists(t *testing.T) {
 		c.WantSuccess(t, mpLineWaitKV)
 	}
 	var res string
-	if err := kv.ExportDB(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
+	if err := dbOf(s).R.QueryRow("PRAGMA integrity_check").Scan(&res); err != nil || res != "ok" {
 		t.Errorf("PRAGMA integrity_check = %q, %v; want ok", res, err)
 	}
 	t.Logf("wins per process over %d rounds: %v", mpRounds, winsPerProcess)
@@ -140,7 +140,7 @@ func mpRace(dir, id string, in io.Reader, out, errOut io.Writer) int {
 	defer cancel()
 	var handles [2]*kv.Store
 	for i := range handles {
-		s, err := kv.Open(ctx, dir)
+		s, err := openKV(ctx, dir)
 		if err != nil {
 			return fail("open: %v", err)
 		}

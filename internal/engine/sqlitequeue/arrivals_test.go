@@ -1,4 +1,4 @@
-package queue_test
+package sqlitequeue_test
 
 import (
 	"errors"
@@ -114,7 +114,7 @@ func TestDeadLetterAliasOfItselfRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dlq := range []string{alias, filepath.Join(parent, "q"), filepath.Join(parent, "alias")} {
-		h, err := queue.Open(ctx, q, queue.WithDeadLetter(2, dlq))
+		h, err := openQueue(ctx, q, queue.WithDeadLetter(2, dlq))
 		if err == nil {
 			h.Close()
 			t.Fatalf("Open with dead-letter queue %s (the queue itself) succeeded", dlq)
@@ -193,7 +193,7 @@ VALUES (%d, 'crafted-%d', '%s', '%s', '', 1, NULL, %d)`, i+1, i, dest.loc, dest.
 // mustEngine returns the SQLite engine under q.
 func mustEngine(t *testing.T, q *queue.Queue) *sqlitequeue.Queue {
 	t.Helper()
-	e := queue.ExportEngine(q)
+	e := engineOf(q)
 	if e == nil {
 		t.Fatalf("%s is not a queue of the SQLite engine", q.Path())
 	}

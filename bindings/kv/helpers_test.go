@@ -1,0 +1,5 @@
+package kv_test
+
+import "context"
+
+var ctx = context.Background()
