@@ -1,0 +1,180 @@
+package explorer
+
+// The JSON API of KV bindings: scan, get, put, delete (docs/HTTP.md).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/localcloud/localcloud/bindings/kv"
+)
+
+// keyJSON is one key of a scan page.
+type keyJSON struct {
+	Key  string `json:"key"`
+	Size int    `json:"size"`
+}
+
+func (s *Server) apiScan(w http.ResponseWriter, r *http.Request) {
+	k, err := s.openKV(r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	limit, err := intParam(r, "limit", DefaultPageSize, 1, kv.MaxScanLimit)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	prefix, cursor := r.URL.Query().Get("prefix"), r.URL.Query().Get("cursor")
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	page, err := scan(ctx, k, prefix, limit, cursor)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	keys := make([]keyJSON, 0, len(page.Items))
+	for _, it := range page.Items {
+		keys = append(keys, keyJSON{Key: it.Key, Size: len(it.Value)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"binding": r.PathValue("name"), "prefix": prefix, "keys": keys, "nextCursor": page.NextCursor})
+}
+
+// valueJSON is one key's value in every view.
+type valueJSON struct {
+	Key  string `json:"key"`
+	Size int    `json:"size"`
+	// ExpiresAt is unix ms; 0 without a TTL. TTLMillis is what is left.
+	ExpiresAt int64 `json:"expiresAt"`
+	TTLMillis int64 `json:"ttlMillis"`
+	// Text is the value when it is UTF-8 text; JSON when it is JSON,
+	// indented; Hex always; Base64 always.
+	Text   *string `json:"text,omitempty"`
+	JSON   string  `json:"json,omitempty"`
+	Hex    string  `json:"hex"`
+	Base64 string  `json:"base64"`
+}
+
+func toValueJSON(key string, e kv.Entry, now time.Time) valueJSON {
+	v := valueJSON{Key: key, Size: len(e.Value), Hex: hexDump(e.Value), Base64: b64(e.Value)}
+	if !e.ExpiresAt.IsZero() {
+		v.ExpiresAt = e.ExpiresAt.UnixMilli()
+		v.TTLMillis = max(0, e.ExpiresAt.Sub(now).Milliseconds())
+	}
+	if utf8.Valid(e.Value) {
+		t := string(e.Value)
+		v.Text = &t
+		if json.Valid(e.Value) && len(strings.TrimSpace(t)) > 0 {
+			v.JSON = prettyJSON(t)
+		}
+	}
+	return v
+}
+
+func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
+	k, err := s.openKV(r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	key := r.URL.Query().Get("key")
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	e, ok, err := k.Lookup(ctx, key)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if !ok {
+		writeErr(w, notFound("key: %s is not in %s (or has expired)", quoteTrunc(key), r.PathValue("name")))
+		return
+	}
+	writeJSON(w, http.StatusOK, toValueJSON(key, e, s.opts.Now()))
+}
+
+type putRequest struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+	// Encoding of Value: "text" (default), "hex" or "base64".
+	Encoding string `json:"encoding"`
+	// TTL is a Go duration ("1h"); "" keeps the key forever.
+	TTL         string `json:"ttl"`
+	IfNotExists bool   `json:"ifNotExists"`
+}
+
+// maxTTL bounds a TTL typed into the explorer: ten years.
+const maxTTL = 10 * 365 * 24 * time.Hour
+
+func (s *Server) apiPut(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	k, err := s.openKV(name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req putRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	val, err := decodeValue(req.Encoding, req.Value)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	ttl, err := parseDuration("ttl", req.TTL, maxTTL)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var opts []kv.PutOption
+	if ttl > 0 {
+		opts = append(opts, kv.WithTTL(ttl))
+	}
+	if req.IfNotExists {
+		opts = append(opts, kv.IfNotExists())
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	written, err := k.Put(ctx, req.Key, val, opts...)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if written {
+		s.feed.action(name, "put", fmt.Sprintf("put %s (%d bytes) from the explorer", req.Key, len(val)))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"written": written})
+}
+
+type deleteRequest struct {
+	Key string `json:"key"`
+}
+
+func (s *Server) apiDelete(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	k, err := s.openKV(name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req deleteRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
+	if err := k.Delete(ctx, req.Key); err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.feed.action(name, "delete", fmt.Sprintf("deleted %s from the explorer", req.Key))
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": true})
+}
