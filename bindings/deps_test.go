@@ -2,8 +2,6 @@ package bindings_test
 
 import (
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -14,12 +12,7 @@ import (
 // fsnotify or yaml.v3. Those belong to `localcloud up` only (internal/hintserver,
 // internal/dirwatch, config, internal/asyncapi).
 func TestAppsLinkNoServerSide(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := exec.LookPath(goTool); err != nil {
-		if goTool, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go tool to list dependencies with")
-		}
-	}
+	goTool := goTool(t)
 	forbidden := []string{"github.com/nats-io/nats-server", "github.com/fsnotify/fsnotify", "gopkg.in/yaml.v3"}
 	for _, app := range []string{"./examples/worker", "./examples/producer"} {
 		cmd := exec.Command(goTool, "list", "-deps", app)
@@ -45,12 +38,7 @@ func TestAppsLinkNoServerSide(t *testing.T) {
 // TestPublicDocsNameNoInternal checks that the documentation apps read names
 // no internal package and no DB(): the bindings' API is engine-independent.
 func TestPublicDocsNameNoInternal(t *testing.T) {
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := exec.LookPath(goTool); err != nil {
-		if goTool, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go tool to read the documentation with")
-		}
-	}
+	goTool := goTool(t)
 	for _, pkg := range []string{"./bindings/kv", "./bindings/queue", "./bindings/kv/driver", "./bindings/queue/driver"} {
 		cmd := exec.Command(goTool, "doc", "-all", pkg)
 		cmd.Dir = ".."
@@ -67,4 +55,15 @@ func TestPublicDocsNameNoInternal(t *testing.T) {
 			}
 		}
 	}
+}
+
+// goTool is the go command on the PATH, where "go test" puts the one that
+// runs the test first; the test skips without one.
+func goTool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool to list dependencies and read documentation with")
+	}
+	return p
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -319,10 +318,6 @@ func fallbackDataDir(path string) (dir string, ok bool) {
 	return filepath.Clean(d), true
 }
 
-func fileExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular()
-}
 
 func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, now time.Time) {
 	switch {

@@ -44,7 +44,7 @@ type Input struct {
 	Format Format
 }
 
-// AsyncAPI returns an AsyncAPI 3.0.0 document for a stack's hint channels: one channel per
+// Generate returns an AsyncAPI 3.0.0 document for a stack's hint channels: one channel per
 // queue binding with address localcloud.<stack>.<binding>.available, the Hint payload schema,
 // and a NATS server whose host is the variable {host}.
 //

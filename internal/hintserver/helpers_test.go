@@ -66,28 +66,10 @@ func (r *hintRecorder) handle(m *nats.Msg) {
 	r.recv = append(r.recv, now)
 }
 
-func (r *hintRecorder) snapshot() []notify.Hint {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]notify.Hint(nil), r.hints...)
-}
-
 func (r *hintRecorder) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.hints)
-}
-
-// sawDue reports whether a hint with the given due value arrived.
-func (r *hintRecorder) sawDue(due int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, h := range r.hints {
-		if h.Due == due {
-			return true
-		}
-	}
-	return false
 }
 
 // subscribe records every hint on subject through a new client connection; it returns once the
@@ -105,20 +87,3 @@ func subscribe(t testing.TB, url, subject string, opts ...nats.Option) *hintReco
 	return rec
 }
 
-// counter is a concurrency-safe call counter for callbacks.
-type counter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *counter) inc() {
-	c.mu.Lock()
-	c.n++
-	c.mu.Unlock()
-}
-
-func (c *counter) get() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}

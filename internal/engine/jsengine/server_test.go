@@ -125,6 +125,4 @@ func natsMsg(subject, data string) *nats.Msg {
 	return m
 }
 
-type natsConn = nats.Conn
-
 var natsConnect = func(url string) (*nats.Conn, error) { return nats.Connect(url) }

@@ -65,7 +65,7 @@ func (Tools) Scratch(ctx context.Context, env *engine.Env, spec engine.ScratchSp
 	return s, nil
 }
 
-// OpenScratch: a temporary stream is one process's.
+// OpenScratch fails: a temporary stream is one process's.
 func (Tools) OpenScratch(context.Context, string, engine.ScratchSpec) (engine.Scratch, error) {
 	return nil, errors.New("a temporary jetstream store is not shared between processes")
 }

@@ -39,7 +39,7 @@ type Tools struct{}
 // Name is "jetstream".
 func (Tools) Name() string { return config.EngineJetStream }
 
-// Traits: replicas, on up's server (or the stack's cluster). JetStream
+// Traits are replicas, on up's server (or the stack's cluster). JetStream
 // wakes its consumers itself (no hints) and keeps a delivered message's
 // lease end to itself; a load test's processes would each need their own
 // connection, unlike an app's stores, so a temporary store is one
@@ -71,7 +71,7 @@ func (Tools) Describe(b config.Binding) string {
 	return "jetstream R" + strconv.Itoa(max(b.Replicas, 1))
 }
 
-// Needs: JetStream on up's embedded server, unless the stack names a
+// Needs asks for JetStream on up's embedded server, unless the stack names a
 // cluster; a file store that syncs every write for durability full, which
 // up cannot set on a cluster of others (a warning).
 func (Tools) Needs(st *config.Stack, b config.Binding) engine.Needs {

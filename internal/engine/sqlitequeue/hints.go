@@ -107,15 +107,6 @@ func (h *hintState) subscription() *hintSub {
 	return h.sub
 }
 
-func (h *hintState) isClosed() bool {
-	select {
-	case <-h.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // close releases the shared publisher and subscription. Safe to call twice.
 func (h *hintState) close() {
 	h.once.Do(func() {

@@ -36,7 +36,7 @@ type Tools struct{}
 // Name is "sqlite".
 func (Tools) Name() string { return config.EngineSQLite }
 
-// Traits: hints, lease ends in peek, several processes on one store.
+// Traits are hints, lease ends in peek, several processes on one store.
 func (Tools) Traits() engine.Traits {
 	return engine.Traits{Hints: true, LeaseEnds: true, Processes: true}
 }
@@ -66,7 +66,7 @@ func (Tools) Where(b config.Binding) string { return b.Path }
 // Describe is "file (localkv.v1)" or "file (localqueue.v1)".
 func (Tools) Describe(b config.Binding) string { return "file (" + formatOf(b.Type).Marker + ")" }
 
-// Needs: nothing of up's server.
+// Needs asks nothing of up's server.
 func (Tools) Needs(*config.Stack, config.Binding) engine.Needs { return engine.Needs{} }
 
 // AppBinding is a kv.EnvBinding or queue.EnvBinding: the store directory,
