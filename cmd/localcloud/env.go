@@ -167,6 +167,8 @@ Variables:
      "visibilityTimeout":"30s","visibilityTimeoutMs":30000,"durability":"normal"}
 
 Go apps open a binding with kv.FromEnv(ctx, name) or queue.FromEnv(ctx, name).
+FromEnv never creates a store; when up is not running, env first creates the
+stack's stores that do not exist, as up does.
 When up is not running, env says so on stderr: with notify.listen on port 0
 LOCALCLOUD_NATS_URL is left out; with a fixed port it is set, but nothing of
 this stack listens there yet.

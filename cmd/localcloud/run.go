@@ -119,6 +119,8 @@ Usage:
 
 CMD gets this process's environment plus LOCALCLOUD_STACK_NAME,
 LOCALCLOUD_NATS_URL and LOCALCLOUD_BINDING_<NAME> (see localcloud env -h).
+When localcloud up is not running, run first creates the stack's stores
+that do not exist, as up does (an app's FromEnv never creates one).
 CMD runs in its own process group; SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 SIGUSR1 and SIGUSR2 are passed on to the whole group, so the children of CMD
 (the program "go run" builds, say) get them too. run exits with CMD's exit
