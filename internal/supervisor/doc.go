@@ -55,10 +55,12 @@
 //
 // # Health
 //
-// Every [Options.HealthInterval] each binding's directory and database file
+// Every [Options.HealthInterval] each binding's engine looks at its open
+// store (engine.Handle.Health): on SQLite the directory and database file
 // are compared, with stat(2) only, against the device and inode recorded
-// when the store was opened, and their modes against 0700 and 0600. The
+// when the store was opened, and their modes against 0700 and 0600 (the
 // database file is never opened here: closing any descriptor on it would
-// drop the locks SQLite holds. A problem is logged once when it appears and
-// once when it clears, and shown in runtime.json; nothing is ever recreated.
+// drop the locks SQLite holds); on JetStream the connection's status. A
+// problem is logged once when it appears and once when it clears, and shown
+// in runtime.json; nothing is ever recreated.
 package supervisor
