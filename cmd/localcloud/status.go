@@ -318,7 +318,6 @@ func fallbackDataDir(path string) (dir string, ok bool) {
 	return filepath.Clean(d), true
 }
 
-
 func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, now time.Time) {
 	switch {
 	case rep.Running && rep.PID > 0:

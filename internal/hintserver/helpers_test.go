@@ -86,4 +86,3 @@ func subscribe(t testing.TB, url, subject string, opts ...nats.Option) *hintReco
 	}
 	return rec
 }
-

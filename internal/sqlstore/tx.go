@@ -158,4 +158,3 @@ func (db *DB) rollback() {
 	}
 	db.wconn = c
 }
-

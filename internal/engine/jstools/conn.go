@@ -54,7 +54,11 @@ func dial(ctx context.Context, env *engine.Env, b config.Binding) (*nats.Conn, e
 	st := env.Stack
 	switch {
 	case st.JetStream.External():
-		nc, err := jsengine.Dial(ctx, Conn(st, ""), "localcloud-cli", os.LookupEnv)
+		name := "localcloud-cli"
+		if env.Connect != nil {
+			name = "localcloud-up"
+		}
+		nc, err := jsengine.Dial(ctx, Conn(st, ""), name, os.LookupEnv)
 		if err != nil {
 			return nil, fmt.Errorf("connect to JetStream: %w", err)
 		}

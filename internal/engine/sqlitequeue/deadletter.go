@@ -642,4 +642,3 @@ func (q *Queue) closeDestinations() error {
 	}
 	return errors.Join(errs...)
 }
-
