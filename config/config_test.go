@@ -344,7 +344,8 @@ func TestParseListen(t *testing.T) {
 			}
 		}},
 		{name: "lan address without token", src: listen("192.168.1.5:4222", ""), want: []string{at + "host 192.168.1.5 is not a loopback address"}},
-		{name: "lan address with empty token", src: listen("192.168.1.5:4222", `""`), want: []string{at + "host 192.168.1.5 is not a loopback address"}},
+		{name: "lan address with empty token", src: listen("192.168.1.5:4222", `""`), want: []string{at + "host 192.168.1.5 is not a loopback address",
+			"5:10: notify.token: must not be empty: an empty secret would turn authentication off; leave notify.token out for none"}},
 		{name: "host name", src: listen("example.com:4222", "t"), want: []string{at + `host must be an IP address or localhost, got "example.com"`}},
 		{name: "host missing", src: listen("\":4222\"", ""), want: []string{at + `host is missing in ":4222", which would listen on every interface; use 127.0.0.1:4222`}},
 		{name: "port missing", src: listen("\"4222\"", ""), want: []string{at + `must be host:port such as 127.0.0.1:4222, got "4222"`}},
