@@ -152,6 +152,14 @@ type Stack struct {
 	// "bindings.carts.path". A dataDir replaced with [WithDataDir] is not
 	// listed.
 	Defaulted []string
+
+	// index maps a binding's name to its place in Bindings, and origins
+	// a queue's name to the queues that dead-letter into it, so that
+	// Binding and DeadLetterOrigins cost the same in a stack of 10,000
+	// bindings as in one of 10. Parse and Load build them; a Stack made
+	// by hand has neither and is searched.
+	index   map[string]int
+	origins map[string][]int
 }
 
 // Notify configures the embedded NATS server that carries wake-up hints.
@@ -276,12 +284,61 @@ func (s *Stack) Binding(name string) (*Binding, bool) {
 	if s == nil {
 		return nil, false
 	}
+	if s.index != nil {
+		i, ok := s.index[name]
+		if !ok {
+			return nil, false
+		}
+		if i < len(s.Bindings) && s.Bindings[i].Name == name {
+			return &s.Bindings[i], true
+		}
+		// Bindings was changed after the parse: search it.
+	}
 	for i := range s.Bindings {
 		if s.Bindings[i].Name == name {
 			return &s.Bindings[i], true
 		}
 	}
 	return nil, false
+}
+
+// DeadLetterOrigins returns the queue bindings whose dead-letter queue is
+// the binding called name (with maxAttempts set; the binding itself never),
+// in name order.
+func (s *Stack) DeadLetterOrigins(name string) []Binding {
+	if s == nil {
+		return nil
+	}
+	var out []Binding
+	if s.origins != nil {
+		for _, i := range s.origins[name] {
+			out = append(out, s.Bindings[i])
+		}
+		return out
+	}
+	for _, o := range s.Bindings {
+		if isOrigin(o, name) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func isOrigin(o Binding, dlq string) bool {
+	return o.Type == TypeQueue && o.DeadLetter == dlq && o.MaxAttempts > 0 && o.Name != dlq
+}
+
+// buildIndex fills the lookups of Binding and DeadLetterOrigins, once
+// Bindings is final.
+func (s *Stack) buildIndex() {
+	s.index = make(map[string]int, len(s.Bindings))
+	s.origins = make(map[string][]int)
+	for i, b := range s.Bindings {
+		s.index[b.Name] = i
+		if isOrigin(b, b.DeadLetter) {
+			s.origins[b.DeadLetter] = append(s.origins[b.DeadLetter], i)
+		}
+	}
 }
 
 // Subject returns the NATS subject on which a binding's wake-up hints are

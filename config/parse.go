@@ -33,6 +33,8 @@ type parser struct {
 	lookup  func(string) (string, bool)
 	dataDir string // WithDataDir's folder, "" for the file's dataDir
 	probs   []Problem
+	queues  []string            // the queue bindings' names, sorted; nil until queueNames needs them
+	real    map[string]resolved // realPath's answers
 }
 
 // rawStack is what the walk found, with the nodes kept for positions.

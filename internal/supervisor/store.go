@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
@@ -199,6 +201,10 @@ func (s *store) sameIdentity() bool {
 // bound keeps a huge stack from holding hundreds of descriptors in flight.
 const openParallel = 16
 
+// progressEvery is how often openStores says how far it got, while it
+// runs longer than that: a stack of thousands of bindings takes seconds.
+var progressEvery = time.Second
+
 // openStores opens the stores of bs in parallel. On any failure it closes
 // what it opened and returns every error.
 func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log *slog.Logger, jsc *nats.Conn) ([]*store, error) {
@@ -206,6 +212,8 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 	errs := make([]error, len(bs))
 	sem := make(chan struct{}, openParallel)
 	var wg sync.WaitGroup
+	var opened atomic.Int64
+	stop := reportProgress(log, &opened, len(bs))
 	for i, b := range bs {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -213,9 +221,11 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 			defer wg.Done()
 			defer func() { <-sem }()
 			out[i], errs[i] = openStore(ctx, st, b, log, jsc)
+			opened.Add(1)
 		}()
 	}
 	wg.Wait()
+	stop()
 	var failed []error
 	for _, err := range errs {
 		if err != nil {
@@ -231,4 +241,28 @@ func openStores(ctx context.Context, st *config.Stack, bs []config.Binding, log 
 		return nil, joinErrors(failed)
 	}
 	return out, nil
+}
+
+// reportProgress logs, every progressEvery until stop is called, how many
+// of total stores are open.
+func reportProgress(log *slog.Logger, opened *atomic.Int64, total int) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.Info("provisioning stores", "opened", opened.Load(), "of", total)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
