@@ -23,9 +23,9 @@ import (
 func (p *parser) check(r *rawStack, dir string) *Stack {
 	s := &Stack{Version: r.version, Name: r.name, Dir: dir}
 
-	s.Notify = Notify{Listen: DefaultListen, Token: r.token}
+	s.Notify = Notify{Token: r.token}
 	if r.listenNode != nil {
-		s.Notify.Listen = r.listen
+		s.Notify.Listen, s.Notify.ListenGiven = r.listen, true
 		p.checkListen(r.listenNode, r.listen, r.token)
 	} else {
 		s.Defaulted = append(s.Defaulted, "notify.listen")
@@ -58,7 +58,11 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	}
 	p.checkCycles(r.bindings, byName)
 
-	if realData, ok := p.checkDataDir(s, r); ok {
+	realData, dataOK := p.checkDataDir(s, r)
+	if !s.Notify.ListenGiven {
+		s.Notify.Listen = DefaultListen(s.DataDir)
+	}
+	if ok := dataOK; ok {
 		real := make(map[*rawBinding]string)
 		for _, rb := range r.bindings {
 			if rb.b.Engine == EngineJetStream {
@@ -98,7 +102,7 @@ func (p *parser) checkListen(n *yaml.Node, listen, token string) {
 	const field = "notify.listen"
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		p.addf(n, field, "must be host:port such as %s, got %q", DefaultListen, listen)
+		p.addf(n, field, "must be host:port such as 127.0.0.1:4222, got %q", listen)
 		return
 	}
 	if !validPort(port) {

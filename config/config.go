@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,9 +29,18 @@ const (
 	// DefaultDataDir is the folder, relative to the stack file's folder, that
 	// holds one store directory per binding.
 	DefaultDataDir = ".localcloud"
-	// DefaultListen is the address of the embedded NATS server that carries
-	// wake-up hints. It is loopback, so no token is needed.
-	DefaultListen = "127.0.0.1:4222"
+	// DefaultListenHost is the host of the embedded NATS server that
+	// carries wake-up hints when the stack file sets no notify.listen. It
+	// is loopback, so no token is needed. The port is the stack's own
+	// stable default port, DefaultListen.
+	DefaultListenHost = "127.0.0.1"
+	// DefaultPortBase and DefaultPortCount bound the stable default NATS
+	// ports: DefaultPortBase + (FNV-1a of the absolute dataDir mod
+	// DefaultPortCount), below Linux's ephemeral range (32768-60999), so
+	// an outgoing connection never holds it, and away from NATS's own
+	// 4222, which a developer's NATS server may hold.
+	DefaultPortBase  = 14222
+	DefaultPortCount = 1000
 	// DefaultExplorerListen is the address of the web explorer that up
 	// serves. When the stack file sets no explorer.listen and this port is
 	// taken, up picks a free port instead and says so.
@@ -165,8 +177,13 @@ type Stack struct {
 // Notify configures the embedded NATS server that carries wake-up hints.
 type Notify struct {
 	// Listen is host:port; port 0 picks a free port. The host is an IP
-	// literal or localhost. Defaults to [DefaultListen].
+	// literal or localhost. Defaults to [DefaultListen] of the stack's
+	// data dir.
 	Listen string
+	// ListenGiven reports that the stack file set listen: a port that is
+	// taken is then an error, where up moves off a taken default port to
+	// a free one (and says so).
+	ListenGiven bool
 	// Token is the NATS authorization token; "" for none. Required when the
 	// host of Listen is not a loopback address.
 	Token string
@@ -277,6 +294,18 @@ type Binding struct {
 	DedupWindow time.Duration
 	// Line is the line of the binding's name in the stack file.
 	Line int
+}
+
+// DefaultListen is the stable default notify.listen of a stack whose data
+// dir is dataDir (absolute): 127.0.0.1 and a port between DefaultPortBase
+// and DefaultPortBase+DefaultPortCount-1 derived from the folder, so that
+// every up of the stack listens on the same port (apps keep their
+// LOCALCLOUD_NATS_URL across restarts) and two stacks on one machine
+// almost never share one.
+func DefaultListen(dataDir string) string {
+	h := fnv.New32a()
+	h.Write([]byte(dataDir))
+	return net.JoinHostPort(DefaultListenHost, strconv.Itoa(DefaultPortBase+int(h.Sum32()%DefaultPortCount)))
 }
 
 // Binding returns the binding called name.
