@@ -162,9 +162,11 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 	if b.MaxAttempts > 0 {
 		all = append(all, WithDeadLetter(b.MaxAttempts, b.DeadLetter.QueuePath)) // checked by readEnv
 	}
-	if url, _ := lookup(bindings.EnvNATSURL); url != "" && b.Subject != "" {
+	url, _ := lookup(bindings.EnvNATSURL)
+	rt, _ := lookup(bindings.EnvRuntimeFile)
+	if (url != "" || rt != "") && b.Subject != "" {
 		token, _ := lookup(bindings.EnvNATSToken)
-		all = append(all, WithHints(url, token, b.Subject))
+		all = append(all, WithHints(url, token, b.Subject), WithHintsRuntime(rt))
 	}
 	q, err := Open(ctx, b.QueuePath, append(all, opts...)...)
 	if err != nil {
