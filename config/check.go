@@ -62,7 +62,7 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	if !s.Notify.ListenGiven {
 		s.Notify.Listen = DefaultListen(s.DataDir)
 	}
-	if ok := dataOK; ok {
+	if dataOK {
 		real := make(map[*rawBinding]string)
 		for _, rb := range r.bindings {
 			if rb.b.Engine == EngineJetStream {
