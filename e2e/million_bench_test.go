@@ -308,3 +308,34 @@ func getBody(b *testing.B, url string) []byte {
 	}
 	return body
 }
+
+// BenchmarkValidateCLI is `localcloud validate` of a stack of n KV
+// bindings, the whole process: exec, read, check, print a line per binding.
+func BenchmarkValidateCLI(b *testing.B) {
+	bin := binary
+	if v := os.Getenv(envBenchBinary); v != "" {
+		bin = v
+	}
+	if bin == "" {
+		b.Skip("no binary")
+	}
+	for _, n := range []int{1000, 2000, 4000, 10000} {
+		b.Run(fmt.Sprintf("bindings=%d", n), func(b *testing.B) {
+			var sb strings.Builder
+			sb.WriteString("version: 1\nname: big\nnotify:\n  listen: 127.0.0.1:0\nexplorer: off\nbindings:\n")
+			for i := range n {
+				fmt.Fprintf(&sb, "  kv-%05d:\n    type: kv\n", i)
+			}
+			file := filepath.Join(b.TempDir(), "stack.yaml")
+			if err := os.WriteFile(file, []byte(sb.String()), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				out, err := exec.Command(bin, "validate", file).Output()
+				if err != nil || strings.Count(string(out), "\n") != n+1 {
+					b.Fatalf("validate: %v, %d lines", err, strings.Count(string(out), "\n"))
+				}
+			}
+		})
+	}
+}
