@@ -21,6 +21,12 @@ const (
 	// EnvNATSToken holds the hint server's token; set only when the stack
 	// sets notify.token.
 	EnvNATSToken = "LOCALCLOUD_NATS_TOKEN"
+	// EnvRuntimeFile holds the absolute path of the stack's runtime.json
+	// (<dataDir>/runtime.json), which the running up rewrites with its
+	// NATS URL (natsUrl): a client whose hint connection drops reads it
+	// again to find an up restarted on another port. It is set whether or
+	// not up runs; the file exists only while it does.
+	EnvRuntimeFile = "LOCALCLOUD_RUNTIME_FILE"
 	// EnvBindingPrefix starts the variable that carries one binding's JSON:
 	// LOCALCLOUD_BINDING_<NAME>, NAME in upper case with - as _.
 	EnvBindingPrefix = "LOCALCLOUD_BINDING_"

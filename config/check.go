@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,9 +23,9 @@ import (
 func (p *parser) check(r *rawStack, dir string) *Stack {
 	s := &Stack{Version: r.version, Name: r.name, Dir: dir}
 
-	s.Notify = Notify{Listen: DefaultListen, Token: r.token}
+	s.Notify = Notify{Token: r.token}
 	if r.listenNode != nil {
-		s.Notify.Listen = r.listen
+		s.Notify.Listen, s.Notify.ListenGiven = r.listen, true
 		p.checkListen(r.listenNode, r.listen, r.token)
 	} else {
 		s.Defaulted = append(s.Defaulted, "notify.listen")
@@ -57,7 +58,11 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 	}
 	p.checkCycles(r.bindings, byName)
 
-	if realData, ok := p.checkDataDir(s, r); ok {
+	realData, dataOK := p.checkDataDir(s, r)
+	if !s.Notify.ListenGiven {
+		s.Notify.Listen = DefaultListen(s.DataDir)
+	}
+	if dataOK {
 		real := make(map[*rawBinding]string)
 		for _, rb := range r.bindings {
 			if rb.b.Engine == EngineJetStream {
@@ -79,6 +84,7 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 		}
 	}
 	sort.Slice(s.Bindings, func(i, j int) bool { return s.Bindings[i].Name < s.Bindings[j].Name })
+	s.buildIndex()
 	return s
 }
 
@@ -96,7 +102,7 @@ func (p *parser) checkListen(n *yaml.Node, listen, token string) {
 	const field = "notify.listen"
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		p.addf(n, field, "must be host:port such as %s, got %q", DefaultListen, listen)
+		p.addf(n, field, "must be host:port such as 127.0.0.1:4222, got %q", listen)
 		return
 	}
 	if !validPort(port) {
@@ -212,7 +218,7 @@ func (p *parser) checkSettings(rb *rawBinding, byName map[string]*rawBinding) {
 	case dl == b.Name:
 		p.addf(rb.dlNode, field, "must name another queue binding, not %s itself", b.Name)
 	case !ok:
-		p.addf(rb.dlNode, field, "must name a queue binding of this stack, got %q (queue bindings: %s)", dl, queueNames(byName, b.Name))
+		p.addf(rb.dlNode, field, "must name a queue binding of this stack, got %q (queue bindings: %s)", dl, p.queueNames(byName, b.Name))
 	case target.typeOK && target.b.Type != TypeQueue:
 		p.addf(rb.dlNode, field, "must name a queue binding, got %s, a %s binding", dl, target.b.Type)
 	case engineOf(target) != engineOf(rb):
@@ -364,17 +370,40 @@ func (p *parser) checkEngine(rb *rawBinding, external bool) {
 	}
 }
 
-func queueNames(byName map[string]*rawBinding, except string) string {
-	var names []string
-	for name, rb := range byName {
-		if name != except && rb.typeOK && rb.b.Type == TypeQueue {
-			names = append(names, name)
+// maxListedNames bounds the binding names a problem lists.
+const maxListedNames = 20
+
+// queueNames lists the stack's queue bindings but except, sorted, at most
+// maxListedNames of them. The sorted list is made once per parse: a stack
+// of thousands of broken deadLetter fields asks for it once each.
+func (p *parser) queueNames(byName map[string]*rawBinding, except string) string {
+	if p.queues == nil {
+		p.queues = []string{}
+		for name, rb := range byName {
+			if rb.typeOK && rb.b.Type == TypeQueue {
+				p.queues = append(p.queues, name)
+			}
 		}
+		sort.Strings(p.queues)
+	}
+	total := len(p.queues)
+	if _, found := slices.BinarySearch(p.queues, except); found {
+		total--
+	}
+	var names []string
+	for _, n := range p.queues {
+		if n == except {
+			continue
+		}
+		if len(names) == maxListedNames {
+			names = append(names, fmt.Sprintf("and %d more", total-maxListedNames))
+			break
+		}
+		names = append(names, n)
 	}
 	if len(names) == 0 {
 		return "none"
 	}
-	sort.Strings(names)
 	return strings.Join(names, ", ")
 }
 
@@ -469,7 +498,7 @@ func (p *parser) checkDataDir(s *Stack, r *rawStack) (string, bool) {
 	default:
 		s.DataDir = filepath.Join(s.Dir, v)
 	}
-	real, err := realPath(s.DataDir)
+	real, err := p.realPath(s.DataDir)
 	if err != nil {
 		p.addf(n, field, "cannot resolve %s: %v", s.DataDir, err)
 		return "", false
@@ -525,7 +554,7 @@ func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, b
 		}
 		return "", false
 	}
-	real, err := realPath(b.Path)
+	real, err := p.realPath(b.Path)
 	if err != nil {
 		p.addf(n, field, "cannot resolve %s: %v", b.Path, err)
 		return "", false
@@ -545,26 +574,49 @@ func (p *parser) checkPath(s *Stack, rb *rawBinding, realData string) (string, b
 	return real, true
 }
 
+// maxOverlapReports bounds the overlap problems reported per binding: a
+// stack file of thousands of bindings with one path would otherwise list
+// every pair.
+const maxOverlapReports = 10
+
 // checkOverlaps refuses two bindings that share a folder or nest one inside
 // the other, comparing paths as written and with symlinks resolved. The
-// problem goes to the binding that comes later in the file.
+// problem goes to the binding that comes later in the file, one per
+// binding it overlaps (at most maxOverlapReports, then one that says more
+// follow). It is linear in the number of bindings (times a path's depth):
+// each folder, and each folder above it, is looked up in an index of the
+// bindings' folders, instead of comparing every pair.
 func (p *parser) checkOverlaps(bindings []*rawBinding, real map[*rawBinding]string) {
+	written := make([]string, len(bindings))
+	resolved := make([]string, len(bindings))
+	for i, b := range bindings {
+		if r, ok := real[b]; ok {
+			written[i], resolved[i] = b.b.Path, r
+		}
+	}
+	wi, ri := newFolderIndex(written), newFolderIndex(resolved)
 	for j, b := range bindings {
-		rb, ok := real[b]
-		if !ok {
+		if written[j] == "" {
 			continue
 		}
-		for _, a := range bindings[:j] {
-			ra, ok := real[a]
-			if !ok {
-				continue
+		// The earliest bindings that overlap j, by either path; the
+		// written relation wins where both hold, as it reads better.
+		cand := append(wi.earlier(j, maxOverlapReports+1), ri.earlier(j, maxOverlapReports+1)...)
+		slices.Sort(cand)
+		cand = slices.Compact(cand)
+		n := b.pathNode
+		if n == nil {
+			n = b.key
+		}
+		field := bindingField(b.b.Name, "path")
+		for k, i := range cand {
+			if k == maxOverlapReports {
+				p.addf(n, field, "overlaps more bindings above; only the first %d are listed", maxOverlapReports)
+				break
 			}
-			n := b.pathNode
-			if n == nil {
-				n = b.key
-			}
-			field, other := bindingField(b.b.Name, "path"), bindingField(a.b.Name, "")
-			pa, pb := a.b.Path, b.b.Path
+			a := bindings[i]
+			other := bindingField(a.b.Name, "")
+			pa, pb, ra, rb := written[i], written[j], resolved[i], resolved[j]
 			switch {
 			case pa == pb:
 				p.addf(n, field, "shares folder %s with %s; every binding needs its own folder", pb, other)
@@ -583,41 +635,118 @@ func (p *parser) checkOverlaps(bindings []*rawBinding, real map[*rawBinding]stri
 	}
 }
 
+// folderIndex finds the bindings whose folders overlap one binding's:
+// the same folder, one above it or one below it.
+type folderIndex struct {
+	paths []string         // by binding, "" for none
+	at    map[string][]int // folder -> the bindings there, ascending
+	below map[string][]int // folder -> the bindings strictly below it, ascending
+}
+
+func newFolderIndex(paths []string) *folderIndex {
+	x := &folderIndex{paths: paths, at: make(map[string][]int, len(paths)), below: make(map[string][]int)}
+	for i, p := range paths {
+		if p == "" {
+			continue
+		}
+		x.at[p] = append(x.at[p], i)
+		for d, ok := parentDir(p); ok; d, ok = parentDir(d) {
+			x.below[d] = append(x.below[d], i)
+		}
+	}
+	return x
+}
+
+// earlier returns bindings before j (in file order) whose folder is j's,
+// holds it or lies inside it: the first max of each kind and folder, so
+// that the first max of them all are among them. Unsorted, may repeat.
+func (x *folderIndex) earlier(j, max int) []int {
+	p := x.paths[j]
+	if p == "" {
+		return nil
+	}
+	var out []int
+	take := func(list []int) {
+		for k, i := range list {
+			if i >= j || k == max { // ascending: nothing later qualifies
+				return
+			}
+			out = append(out, i)
+		}
+	}
+	take(x.at[p])
+	take(x.below[p])
+	for d, ok := parentDir(p); ok; d, ok = parentDir(d) {
+		take(x.at[d])
+	}
+	return out
+}
+
+// parentDir is the folder holding the absolute, clean path p; false for
+// the root.
+func parentDir(p string) (string, bool) {
+	i := strings.LastIndexByte(p, filepath.Separator)
+	switch {
+	case i < 0 || p == string(filepath.Separator):
+		return "", false
+	case i == 0:
+		return p[:1], true
+	}
+	return p[:i], true
+}
+
 // inside reports whether child is parent or lies below it. Both are
 // absolute and clean.
 func inside(parent, child string) bool {
-	rel, err := filepath.Rel(parent, child)
-	if err != nil {
-		return false
+	if child == parent {
+		return true
 	}
-	return rel == "." || (rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)))
+	if parent == string(filepath.Separator) {
+		return strings.HasPrefix(child, parent)
+	}
+	return strings.HasPrefix(child, parent) && child[len(parent)] == filepath.Separator
 }
 
 // realPath resolves the symlinks in the longest existing prefix of the
-// absolute, clean path p and appends the rest unchanged. A dangling symlink
-// on the way is an error: where it would lead cannot be checked.
-func realPath(p string) (string, error) {
-	var rest []string
-	cur := p
-	for {
-		r, err := filepath.EvalSymlinks(cur)
-		if err == nil {
-			for i := len(rest) - 1; i >= 0; i-- {
-				r = filepath.Join(r, rest[i])
-			}
-			return r, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-		if fi, lerr := os.Lstat(cur); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return "", fmt.Errorf("%s is a symlink to a missing target", cur)
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return p, nil
-		}
-		rest = append(rest, filepath.Base(cur))
-		cur = parent
+// absolute, clean path path and appends the rest unchanged. A dangling
+// symlink on the way is an error: where it would lead cannot be checked.
+// The answers are kept for the parse, so that the folders above thousands
+// of bindings' paths are resolved once, not once per binding.
+func (p *parser) realPath(path string) (string, error) {
+	if r, ok := p.real[path]; ok {
+		return r.path, r.err
 	}
+	r, err := p.resolve(path)
+	if p.real == nil {
+		p.real = make(map[string]resolved)
+	}
+	p.real[path] = resolved{r, err}
+	return r, err
+}
+
+type resolved struct {
+	path string
+	err  error
+}
+
+func (p *parser) resolve(path string) (string, error) {
+	r, err := filepath.EvalSymlinks(path)
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return "", fmt.Errorf("%s is a symlink to a missing target", path)
+	}
+	parent := filepath.Dir(path)
+	if parent == path {
+		return path, nil
+	}
+	rp, err := p.realPath(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(rp, filepath.Base(path)), nil
 }

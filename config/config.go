@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,9 +29,18 @@ const (
 	// DefaultDataDir is the folder, relative to the stack file's folder, that
 	// holds one store directory per binding.
 	DefaultDataDir = ".localcloud"
-	// DefaultListen is the address of the embedded NATS server that carries
-	// wake-up hints. It is loopback, so no token is needed.
-	DefaultListen = "127.0.0.1:4222"
+	// DefaultListenHost is the host of the embedded NATS server that
+	// carries wake-up hints when the stack file sets no notify.listen. It
+	// is loopback, so no token is needed. The port is the stack's own
+	// stable default port, DefaultListen.
+	DefaultListenHost = "127.0.0.1"
+	// DefaultPortBase and DefaultPortCount bound the stable default NATS
+	// ports: DefaultPortBase + (FNV-1a of the absolute dataDir mod
+	// DefaultPortCount), below Linux's ephemeral range (32768-60999), so
+	// an outgoing connection never holds it, and away from NATS's own
+	// 4222, which a developer's NATS server may hold.
+	DefaultPortBase  = 14222
+	DefaultPortCount = 1000
 	// DefaultExplorerListen is the address of the web explorer that up
 	// serves. When the stack file sets no explorer.listen and this port is
 	// taken, up picks a free port instead and says so.
@@ -152,13 +164,26 @@ type Stack struct {
 	// "bindings.carts.path". A dataDir replaced with [WithDataDir] is not
 	// listed.
 	Defaulted []string
+
+	// index maps a binding's name to its place in Bindings, and origins
+	// a queue's name to the queues that dead-letter into it, so that
+	// Binding and DeadLetterOrigins cost the same in a stack of 10,000
+	// bindings as in one of 10. Parse and Load build them; a Stack made
+	// by hand has neither and is searched.
+	index   map[string]int
+	origins map[string][]int
 }
 
 // Notify configures the embedded NATS server that carries wake-up hints.
 type Notify struct {
 	// Listen is host:port; port 0 picks a free port. The host is an IP
-	// literal or localhost. Defaults to [DefaultListen].
+	// literal or localhost. Defaults to [DefaultListen] of the stack's
+	// data dir.
 	Listen string
+	// ListenGiven reports that the stack file set listen: a port that is
+	// taken is then an error, where up moves off a taken default port to
+	// a free one (and says so).
+	ListenGiven bool
 	// Token is the NATS authorization token; "" for none. Required when the
 	// host of Listen is not a loopback address.
 	Token string
@@ -271,10 +296,32 @@ type Binding struct {
 	Line int
 }
 
+// DefaultListen is the stable default notify.listen of a stack whose data
+// dir is dataDir (absolute): 127.0.0.1 and a port between DefaultPortBase
+// and DefaultPortBase+DefaultPortCount-1 derived from the folder, so that
+// every up of the stack listens on the same port (apps keep their
+// LOCALCLOUD_NATS_URL across restarts) and two stacks on one machine
+// almost never share one.
+func DefaultListen(dataDir string) string {
+	h := fnv.New32a()
+	h.Write([]byte(dataDir))
+	return net.JoinHostPort(DefaultListenHost, strconv.Itoa(DefaultPortBase+int(h.Sum32()%DefaultPortCount)))
+}
+
 // Binding returns the binding called name.
 func (s *Stack) Binding(name string) (*Binding, bool) {
 	if s == nil {
 		return nil, false
+	}
+	if s.index != nil {
+		i, ok := s.index[name]
+		if !ok {
+			return nil, false
+		}
+		if i < len(s.Bindings) && s.Bindings[i].Name == name {
+			return &s.Bindings[i], true
+		}
+		// Bindings was changed after the parse: search it.
 	}
 	for i := range s.Bindings {
 		if s.Bindings[i].Name == name {
@@ -282,6 +329,45 @@ func (s *Stack) Binding(name string) (*Binding, bool) {
 		}
 	}
 	return nil, false
+}
+
+// DeadLetterOrigins returns the queue bindings whose dead-letter queue is
+// the binding called name (with maxAttempts set; the binding itself never),
+// in name order.
+func (s *Stack) DeadLetterOrigins(name string) []Binding {
+	if s == nil {
+		return nil
+	}
+	var out []Binding
+	if s.origins != nil {
+		for _, i := range s.origins[name] {
+			out = append(out, s.Bindings[i])
+		}
+		return out
+	}
+	for _, o := range s.Bindings {
+		if isOrigin(o, name) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func isOrigin(o Binding, dlq string) bool {
+	return o.Type == TypeQueue && o.DeadLetter == dlq && o.MaxAttempts > 0 && o.Name != dlq
+}
+
+// buildIndex fills the lookups of Binding and DeadLetterOrigins, once
+// Bindings is final.
+func (s *Stack) buildIndex() {
+	s.index = make(map[string]int, len(s.Bindings))
+	s.origins = make(map[string][]int)
+	for i, b := range s.Bindings {
+		s.index[b.Name] = i
+		if isOrigin(b, b.DeadLetter) {
+			s.origins[b.DeadLetter] = append(s.origins[b.DeadLetter], i)
+		}
+	}
 }
 
 // Subject returns the NATS subject on which a binding's wake-up hints are

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +43,8 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if s.DataDir != data {
 		t.Errorf("DataDir = %q, want %q", s.DataDir, data)
 	}
-	if s.Notify != (config.Notify{Listen: config.DefaultListen}) {
-		t.Errorf("Notify = %+v, want listen %s and no token", s.Notify, config.DefaultListen)
+	if s.Notify != (config.Notify{Listen: config.DefaultListen(data)}) {
+		t.Errorf("Notify = %+v, want listen %s and no token", s.Notify, config.DefaultListen(data))
 	}
 	want := []config.Binding{{
 		Name:       "carts",
@@ -75,9 +77,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 
 func TestDefaultConstants(t *testing.T) {
 	t.Parallel()
-	if config.DefaultDataDir != ".localcloud" || config.DefaultListen != "127.0.0.1:4222" ||
+	if config.DefaultDataDir != ".localcloud" || config.DefaultListenHost != "127.0.0.1" ||
 		config.DefaultVisibilityTimeout != 30*time.Second || config.DefaultDurability != "normal" {
-		t.Errorf("defaults changed: %q %q %v %q", config.DefaultDataDir, config.DefaultListen,
+		t.Errorf("defaults changed: %q %q %v %q", config.DefaultDataDir, config.DefaultListenHost,
 			config.DefaultVisibilityTimeout, config.DefaultDurability)
 	}
 	if config.VisibilityTimeoutMin != time.Second || config.VisibilityTimeoutMax != 12*time.Hour ||
@@ -339,12 +341,13 @@ func TestParseListen(t *testing.T) {
 		{name: "other 127 address", src: listen("127.8.9.10:4222", ""), check: wantListen("127.8.9.10:4222")},
 		{name: "all interfaces without token", src: listen("0.0.0.0:4222", ""), want: []string{at + "host 0.0.0.0 is not a loopback address, so other machines could send wake-up hints to this stack; set notify.token or use 127.0.0.1"}},
 		{name: "all interfaces with token", src: listen("0.0.0.0:4222", "s3cret"), check: func(t *testing.T, s *config.Stack) {
-			if s.Notify != (config.Notify{Listen: "0.0.0.0:4222", Token: "s3cret"}) {
+			if s.Notify != (config.Notify{Listen: "0.0.0.0:4222", ListenGiven: true, Token: "s3cret"}) {
 				t.Errorf("Notify = %+v", s.Notify)
 			}
 		}},
 		{name: "lan address without token", src: listen("192.168.1.5:4222", ""), want: []string{at + "host 192.168.1.5 is not a loopback address"}},
-		{name: "lan address with empty token", src: listen("192.168.1.5:4222", `""`), want: []string{at + "host 192.168.1.5 is not a loopback address"}},
+		{name: "lan address with empty token", src: listen("192.168.1.5:4222", `""`), want: []string{at + "host 192.168.1.5 is not a loopback address",
+			"5:10: notify.token: must not be empty: an empty secret would turn authentication off; leave notify.token out for none"}},
 		{name: "host name", src: listen("example.com:4222", "t"), want: []string{at + `host must be an IP address or localhost, got "example.com"`}},
 		{name: "host missing", src: listen("\":4222\"", ""), want: []string{at + `host is missing in ":4222", which would listen on every interface; use 127.0.0.1:4222`}},
 		{name: "port missing", src: listen("\"4222\"", ""), want: []string{at + `must be host:port such as 127.0.0.1:4222, got "4222"`}},
@@ -533,8 +536,9 @@ func TestLoadExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("examples/stack.yaml:\n%v", err)
 	}
-	if s.Name != "shop" || s.Notify.Listen != "127.0.0.1:0" {
-		t.Errorf("Name, Listen = %q, %q", s.Name, s.Notify.Listen)
+	// The example keeps the stack's default port, stable across restarts.
+	if s.Name != "shop" || s.Notify.ListenGiven || s.Notify.Listen != config.DefaultListen(s.DataDir) {
+		t.Errorf("Name, Listen = %q, %q (given %v)", s.Name, s.Notify.Listen, s.Notify.ListenGiven)
 	}
 	var kv, queue []string
 	for _, b := range s.Bindings {
@@ -670,5 +674,42 @@ func TestDefaulted(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Defaulted = %q, want %q", got, want)
+	}
+}
+
+// TestDefaultListenIsStablePerDataDir: a stack that sets no notify.listen
+// gets 127.0.0.1 and a port of the default range that depends only on its
+// data dir: the same at every load (every restart of up), another for
+// another data dir (almost always), and ListenGiven false so up may move
+// off a taken one; a listen the file sets is kept and marked given.
+func TestDefaultListenIsStablePerDataDir(t *testing.T) {
+	t.Parallel()
+	ports := map[string]bool{}
+	for i := range 20 {
+		dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		var first string
+		for range 2 {
+			s, err := parseIn(t, dir, "version: 1\nname: shop\nbindings: {}\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Notify.ListenGiven || (first != "" && s.Notify.Listen != first) {
+				t.Fatalf("listen %q given=%v, first load %q", s.Notify.Listen, s.Notify.ListenGiven, first)
+			}
+			first = s.Notify.Listen
+		}
+		host, port, err := net.SplitHostPort(first)
+		p, _ := strconv.Atoi(port)
+		if err != nil || host != "127.0.0.1" || p < config.DefaultPortBase || p >= config.DefaultPortBase+config.DefaultPortCount {
+			t.Fatalf("default listen %q, want 127.0.0.1:%d..%d", first, config.DefaultPortBase, config.DefaultPortBase+config.DefaultPortCount-1)
+		}
+		ports[port] = true
+	}
+	if len(ports) < 15 {
+		t.Errorf("20 data dirs share %d default ports", len(ports))
+	}
+	s, err := parseIn(t, t.TempDir(), "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nbindings: {}\n")
+	if err != nil || s.Notify.Listen != "127.0.0.1:0" || !s.Notify.ListenGiven {
+		t.Fatalf("listen given: %+v, %v", s.Notify, err)
 	}
 }

@@ -63,7 +63,11 @@
 // happens after YAML parsing, so a value can never inject YAML structure, and
 // it never happens in keys. $$ stands for a literal $ (so $${NAME} gives the
 // text ${NAME}); a $ followed by anything else is kept as it is. A variable
-// that is not set is an error; one that is set to the empty string is not.
+// that is not set is an error; one that is set to the empty string is not,
+// except in a secret: notify.token, jetstream.token (whose variable, when
+// set, must not be empty; an unset one is reported by the connection that
+// reads it) and jetstream.creds fail closed, as an empty token would turn
+// authentication off. Leave such a field out for none.
 // Tests inject their own lookup with [WithLookupEnv].
 //
 // # Paths

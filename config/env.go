@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -75,4 +76,29 @@ func validVarName(name string) bool {
 		}
 	}
 	return true
+}
+
+// varRefs returns the names of the variables s refers to as ${NAME}, in
+// order, each once; $$ escapes are skipped.
+func varRefs(s string) []string {
+	var names []string
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] != '$' {
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			i++
+		case '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				return names
+			}
+			if name := s[i+2 : i+2+end]; validVarName(name) && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+			i += end + 2
+		}
+	}
+	return names
 }

@@ -33,6 +33,8 @@ type parser struct {
 	lookup  func(string) (string, bool)
 	dataDir string // WithDataDir's folder, "" for the file's dataDir
 	probs   []Problem
+	queues  []string            // the queue bindings' names, sorted; nil until queueNames needs them
+	real    map[string]resolved // realPath's answers
 }
 
 // rawStack is what the walk found, with the nodes kept for positions.
@@ -509,7 +511,7 @@ func (p *parser) notify(r *rawStack, v *yaml.Node) {
 				r.listen, r.listenNode = s, e.val
 			}
 		case "token":
-			s, _, ok := p.str(e.val, "notify.token", "a string")
+			s, _, ok := p.secret(e.val, "notify.token")
 			if ok {
 				r.token = s
 			}
@@ -616,6 +618,7 @@ func (p *parser) jetstream(r *rawStack, v *yaml.Node) {
 				continue
 			}
 			r.js.tokenEnv = m[1]
+			p.secretVar(e.val, ff, m[1])
 		case "creds":
 			p.jsFile(r, 0, e.val)
 		case "tls":
@@ -643,7 +646,13 @@ func (p *parser) jetstream(r *rawStack, v *yaml.Node) {
 
 // jsFile reads the i-th file of the jetstream section (fileFields).
 func (p *parser) jsFile(r *rawStack, i int, v *yaml.Node) {
-	s, given, ok := p.str(v, fileFields[i], "a file path")
+	var s string
+	var given, ok bool
+	if i == 0 { // creds: a secret's file, refused when empty like one
+		s, given, ok = p.secret(v, fileFields[i])
+	} else {
+		s, given, ok = p.str(v, fileFields[i], "a file path")
+	}
 	if ok && given {
 		r.js.files[i], r.js.fileNodes[i] = s, v
 	}

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,4 +223,75 @@ func evalSymlinks(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestOverlapsAtScale: the overlap check finds a binding that holds
+// thousands of earlier ones and one nested far below, and lists at most
+// ten problems per binding however many bindings share its folder.
+func TestOverlapsAtScale(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	sb.WriteString("version: 1\nname: shop\nbindings:\n")
+	for i := range 3000 {
+		fmt.Fprintf(&sb, "  q%d:\n    type: queue\n    path: same\n", i)
+	}
+	sb.WriteString("  deep:\n    type: queue\n    path: a/b/c/d/e\n  outer:\n    type: queue\n    path: a\n")
+	_, err := parseIn(t, t.TempDir(), sb.String())
+	got := problems(t, err)
+	per := map[string]int{}
+	for _, p := range got {
+		_, rest, _ := strings.Cut(p, ": ")
+		field, _, _ := strings.Cut(rest, ":")
+		per[field]++
+	}
+	if n := per["bindings.q2999.path"]; n != 11 {
+		t.Errorf("bindings.q2999.path has %d problems, want %d and one saying more follow", n, 11)
+	}
+	if n := per["bindings.q1.path"]; n != 1 {
+		t.Errorf("bindings.q1.path has %d problems, want 1 (shares with q0)", n)
+	}
+	want := "bindings.outer.path: folder "
+	found := false
+	for _, p := range got {
+		if strings.Contains(p, want) && strings.Contains(p, "holds bindings.deep's folder") {
+			found = true
+		}
+		if strings.Contains(p, "bindings.q2999.path: overlaps more bindings above; only the first 10 are listed") {
+			per["more"]++
+		}
+	}
+	if !found || per["more"] != 1 {
+		t.Errorf("want outer holding deep and one 'more' line; got %d problems, e.g.\n%s", len(got), strings.Join(got[len(got)-3:], "\n"))
+	}
+}
+
+// TestStackIndex: Binding and DeadLetterOrigins answer from the parsed
+// stack as from a hand-made one.
+func TestStackIndex(t *testing.T) {
+	t.Parallel()
+	s, err := parseIn(t, t.TempDir(), "version: 1\nname: shop\nbindings:\n"+
+		"  b: {type: queue, maxAttempts: 3, deadLetter: dlq}\n  a: {type: queue, maxAttempts: 2, deadLetter: dlq}\n"+
+		"  c: {type: queue}\n  dlq: {type: queue}\n  k: {type: kv}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hand := &config.Stack{Bindings: append([]config.Binding(nil), s.Bindings...)}
+	for _, st := range []*config.Stack{s, hand} {
+		var names []string
+		for _, o := range st.DeadLetterOrigins("dlq") {
+			names = append(names, o.Name)
+		}
+		if strings.Join(names, ",") != "a,b" {
+			t.Errorf("DeadLetterOrigins(dlq) = %v, want a,b", names)
+		}
+		if o := st.DeadLetterOrigins("c"); len(o) != 0 {
+			t.Errorf("DeadLetterOrigins(c) = %v, want none", o)
+		}
+		if b, ok := st.Binding("k"); !ok || b.Type != config.TypeKV {
+			t.Errorf("Binding(k) = %v, %v", b, ok)
+		}
+		if _, ok := st.Binding("nope"); ok {
+			t.Error("Binding(nope) found")
+		}
+	}
 }

@@ -58,15 +58,7 @@ func TestPythonExampleUsesTheDocumentedStatements(t *testing.T) {
 // producer's foreign write (their poll is 30 s).
 func TestPythonExampleAgainstUp(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found on PATH; the Python example needs it (CI has it)")
-	}
-	// RETURNING, which the claim statement uses, is SQLite 3.35.
-	if out, err := exec.Command(python, "-c",
-		"import sqlite3, sys; sys.exit(sqlite3.sqlite_version_info < (3, 35, 0))").CombinedOutput(); err != nil {
-		t.Skipf("python3's sqlite3 is older than SQLite 3.35 (no RETURNING): %v %s", err, out)
-	}
+	python := needPython(t)
 	dir, err := filepath.Abs(filepath.Join("..", "examples", "python"))
 	if err != nil {
 		t.Fatal(err)

@@ -93,31 +93,23 @@ func NewPublisher(nc *nats.Conn, opts PublisherOptions) *Publisher {
 // DialPublisher connects to url and returns a Publisher that owns the connection. The
 // connection reconnects forever, every DefaultReconnectWait, and does not fail when the server
 // is not up yet; hints published while disconnected are buffered (up to 256 KiB) and sent on
-// reconnect.
-func DialPublisher(url, token string, opts PublisherOptions) (*Publisher, error) {
-	nc, err := nats.Connect(url, dialOptions(token)...)
+// reconnect. With FollowRuntime, url may be "" and every (re)connection goes to the server the
+// runtime file names then.
+func DialPublisher(url, token string, opts PublisherOptions, dial ...DialOption) (*Publisher, error) {
+	u, o, err := dialOptions(url, token, dial)
+	if err == nil && u == "" {
+		err = errNoURL
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect hint publisher to %s: %w", url, err)
+	}
+	nc, err := nats.Connect(u, o...)
 	if err != nil {
 		return nil, fmt.Errorf("connect hint publisher to %s: %w", url, err)
 	}
 	p := NewPublisher(nc, opts)
 	p.owned = true
 	return p, nil
-}
-
-// dialOptions are the connection options of DialPublisher and Watch.
-func dialOptions(token string, extra ...nats.Option) []nats.Option {
-	o := []nats.Option{
-		nats.Name("localcloud-notify"),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(DefaultReconnectWait),
-		nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
-		nats.ReconnectBufSize(reconnectBufSize),
-	}
-	if token != "" {
-		o = append(o, nats.Token(token))
-	}
-	return append(o, extra...)
 }
 
 // Notify reports that the queue behind subject has a message available; due is the number of

@@ -21,9 +21,12 @@ import (
 // while wake runs fold into one more call, so a slow wake sees one call per burst, not one per
 // hint. wake must not call stop.
 //
+// With FollowRuntime, url may be "" and every (re)connection goes to the server the runtime file
+// names then: a restarted `localcloud up` on a new port is followed.
+//
 // stop unsubscribes, closes the connection and waits for a running wake to return; it is safe to
 // call more than once. err is non-nil only for a nil wake or an unusable url.
-func Watch(ctx context.Context, url, token, subject string, wake func()) (stop func(), err error) {
+func Watch(ctx context.Context, url, token, subject string, wake func(), dial ...DialOption) (stop func(), err error) {
 	if wake == nil {
 		return nil, errors.New("watch hints: wake is nil")
 	}
@@ -35,10 +38,17 @@ func Watch(ctx context.Context, url, token, subject string, wake func()) (stop f
 		}
 	}
 	onConnect := func(*nats.Conn) { signal() }
-	nc, err := nats.Connect(url, dialOptions(token,
+	u, o, err := dialOptions(url, token, dial,
 		nats.ConnectHandler(onConnect),   // first connect after a failed start
 		nats.ReconnectHandler(onConnect), // every reconnect
-	)...)
+	)
+	if err == nil && u == "" {
+		err = errNoURL
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch hints on %s: %w", url, err)
+	}
+	nc, err := nats.Connect(u, o...)
 	if err != nil {
 		return nil, fmt.Errorf("watch hints on %s: %w", url, err)
 	}

@@ -185,9 +185,11 @@ func fromEnv(ctx context.Context, name string, lookup func(string) (string, bool
 		return nil, err
 	}
 	cfg := driver.Config{Binding: []byte(raw), NoCreate: true, DeadLetter: driver.DeadLetter{MaxAttempts: s.MaxAttempts}}
-	if url, _ := lookup(bindings.EnvNATSURL); url != "" && s.Subject != "" {
+	url, _ := lookup(bindings.EnvNATSURL)
+	rt, _ := lookup(bindings.EnvRuntimeFile)
+	if (url != "" || rt != "") && s.Subject != "" {
 		token, _ := lookup(bindings.EnvNATSToken)
-		all = append(all, WithHints(url, token, s.Subject))
+		all = append(all, WithHints(url, token, s.Subject), WithHintsRuntime(rt))
 	}
 	all = append(all, WithBindingName(name))
 	q, err := openEngine(ctx, e, cfg, append(all, opts...))

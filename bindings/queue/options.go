@@ -28,6 +28,7 @@ type options struct {
 // wakeOptions are the Open options about waking waiters.
 type wakeOptions struct {
 	url, token, subject string
+	runtimeFile         string
 	poll                time.Duration
 	noLocalWake         bool
 }
@@ -133,6 +134,18 @@ func WithHints(natsURL, token, subject string) Option {
 	return func(o *options) {
 		o.wake.url, o.wake.token, o.wake.subject = natsURL, token, subject
 	}
+}
+
+// WithHintsRuntime makes the hint connections of WithHints follow the
+// `localcloud up` whose runtime.json is runtimeFile: before every
+// (re)connection they read its natsUrl (notify.FollowRuntime), so a
+// restarted up on another port (a stack on port 0, or one whose default
+// port was taken) wakes this handle again, and WithHints' natsURL may be
+// "" (up not running yet). Programs started by `localcloud run` find
+// runtimeFile in $LOCALCLOUD_RUNTIME_FILE; FromEnv passes it here. ""
+// keeps the URL fixed.
+func WithHintsRuntime(runtimeFile string) Option {
+	return func(o *options) { o.wake.runtimeFile = runtimeFile }
 }
 
 // WithPollInterval sets the fallback poll of ReceiveWait on this handle and

@@ -160,7 +160,7 @@ func openEngine(ctx context.Context, e driver.Engine, cfg driver.Config, opts []
 func (o options) config(cfg driver.Config) driver.Config {
 	cfg.BindingName, cfg.Clock, cfg.Logger = o.binding, o.clock, o.log()
 	cfg.Durability, cfg.ReadOnly = string(o.durability), o.readOnly
-	cfg.Hints = driver.Hints{URL: o.wake.url, Token: o.wake.token, Subject: o.wake.subject, NoLocalWake: o.wake.noLocalWake}
+	cfg.Hints = driver.Hints{URL: o.wake.url, Token: o.wake.token, Subject: o.wake.subject, RuntimeFile: o.wake.runtimeFile, NoLocalWake: o.wake.noLocalWake}
 	if o.notifier != nil {
 		cfg.Notifier = o.notifier
 	}

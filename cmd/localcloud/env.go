@@ -161,6 +161,8 @@ Variables:
   LOCALCLOUD_NATS_URL        the hint server of the running up (left out when up
                              is not running and notify.listen uses port 0)
   LOCALCLOUD_NATS_TOKEN      only when the stack sets notify.token
+  LOCALCLOUD_RUNTIME_FILE    <dataDir>/runtime.json, where a running up writes its
+                             NATS URL at every start (clients re-read it to reconnect)
   LOCALCLOUD_BINDING_<NAME>  per binding, NAME upper case with - as _:
     {"service":"local-kv","dataDir":"/abs/dir","durability":"normal"}
     {"service":"local-queue","queuePath":"/abs/dir","subject":"localcloud.<stack>.<name>.available",

@@ -127,11 +127,13 @@ name: ` + name + `
 # Add it to .gitignore.
 dataDir: .localcloud
 
-# The embedded NATS server that wakes waiting consumers. Port 0 picks a free
-# port, so this stack never collides with another; apps learn the port from
-# localcloud run / localcloud env while up runs.
-notify:
-  listen: 127.0.0.1:0
+# The embedded NATS server that wakes waiting consumers. Left out, it
+# listens on 127.0.0.1 and this stack's own default port (derived from the
+# data dir; up prints it), the same at every start of up. Should another
+# program hold that port, up takes a free one and apps find it in
+# <dataDir>/runtime.json. To choose one:
+# notify:
+#   listen: 127.0.0.1:4222   # port 0 picks a free port at every start
 
 # One entry per KV store or queue. An app finds binding NAME in
 # LOCALCLOUD_BINDING_<NAME> (kv.FromEnv / queue.FromEnv in Go).

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -256,40 +260,42 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 	}
 	defer closeStore()
 	prefix := pos[1]
-	out := kvScanJSON{Binding: b.Name, Prefix: prefix, Items: []kvItemJSON{}}
+	// Page by page: each page is printed (and flushed) before the next is
+	// read, so --all over a million keys holds one page, and its first key
+	// shows at once.
+	w := bufio.NewWriter(c.app.stdout)
+	var out scanPrinter = &scanText{w: w}
+	if *asJSON {
+		out = &scanJSON{w: w}
+	}
+	if err := out.start(b.Name, prefix); err != nil {
+		return err
+	}
 	next := *cursor
-	var items []kv.Item
 	for {
 		page, err := s.Scan(ctx, prefix, *limit, next)
 		if err != nil {
+			_ = w.Flush() // what was listed stays listed
 			return storeErr("kv scan", err)
 		}
-		items = append(items, page.Items...)
+		if err := out.page(page.Items); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
 		next = page.NextCursor
 		if !*all || next == "" {
 			break
 		}
 	}
-	out.NextCursor = next
-	if *asJSON {
-		for _, it := range items {
-			out.Items = append(out.Items, kvItemJSON{Key: it.Key, valueJSON: encodeValue(it.Value), ExpiresAt: expiresAtJSON(it.ExpiresAt)})
-		}
-		return c.app.printJSON(out)
-	}
-	tw := tabwriter.NewWriter(c.app.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tBYTES\tVALUE\tEXPIRES")
-	for _, it := range items {
-		exp := "-"
-		if !it.ExpiresAt.IsZero() {
-			exp = fmtTime(it.ExpiresAt)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Key, len(it.Value), preview(it.Value), exp)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := out.end(next); err != nil {
 		return err
 	}
-	if next != "" {
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if next != "" && !*asJSON {
 		args := b.Name
 		if prefix != "" {
 			args += " " + prefix
@@ -297,6 +303,92 @@ func (c *kvCommand) scan(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.app.stderr, "more keys follow: localcloud kv scan %s --cursor %s (or --all)\n", args, next)
 	}
 	return nil
+}
+
+// scanPrinter prints a scan as it goes: start, then each page, then end
+// with the cursor that follows ("" for none).
+type scanPrinter interface {
+	start(binding, prefix string) error
+	page(items []kv.Item) error
+	end(next string) error
+}
+
+// scanText is the table: the header once, each page aligned on its own.
+type scanText struct{ w io.Writer }
+
+func (t *scanText) start(string, string) error {
+	_, err := fmt.Fprintln(t.w, "KEY\tBYTES\tVALUE\tEXPIRES")
+	return err
+}
+
+func (t *scanText) page(items []kv.Item) error {
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
+	for _, it := range items {
+		exp := "-"
+		if !it.ExpiresAt.IsZero() {
+			exp = fmtTime(it.ExpiresAt)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", it.Key, len(it.Value), preview(it.Value), exp)
+	}
+	return tw.Flush()
+}
+
+func (t *scanText) end(string) error { return nil }
+
+// scanJSON is the kvScanJSON object written as it goes, byte for byte
+// what printJSON prints for it: the items array is streamed, and
+// nextCursor, known only at the end, comes last.
+type scanJSON struct {
+	w     io.Writer
+	items int
+}
+
+func (j *scanJSON) start(binding, prefix string) error {
+	_, err := fmt.Fprintf(j.w, "{\n  \"binding\": %s,\n  \"prefix\": %s,\n  \"items\": [", jsonString(binding), jsonString(prefix))
+	return err
+}
+
+func (j *scanJSON) page(items []kv.Item) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("    ", "  ")
+	for _, it := range items {
+		buf.Reset()
+		if err := enc.Encode(kvItemJSON{Key: it.Key, valueJSON: encodeValue(it.Value), ExpiresAt: expiresAtJSON(it.ExpiresAt)}); err != nil {
+			return err
+		}
+		sep := ",\n    "
+		if j.items == 0 {
+			sep = "\n    "
+		}
+		j.items++
+		if _, err := io.WriteString(j.w, sep); err != nil {
+			return err
+		}
+		if _, err := j.w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (j *scanJSON) end(next string) error {
+	close := "]"
+	if j.items > 0 {
+		close = "\n  ]"
+	}
+	_, err := fmt.Fprintf(j.w, "%s,\n  \"nextCursor\": %s\n}\n", close, jsonString(next))
+	return err
+}
+
+// jsonString is s as a JSON string, HTML characters as they are.
+func jsonString(s string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(buf.String(), "\n")
 }
 
 func (c *kvCommand) Usage() {

@@ -193,7 +193,7 @@ func defaultsApplied(st *config.Stack) string {
 			parts = append(parts, "dataDir "+config.DefaultDataDir)
 			continue
 		case "notify.listen":
-			parts = append(parts, "notify.listen "+config.DefaultListen)
+			parts = append(parts, "notify.listen "+st.Notify.Listen+" (the stack's own default port)")
 			continue
 		case "explorer.listen":
 			parts = append(parts, "explorer.listen "+config.DefaultExplorerListen)

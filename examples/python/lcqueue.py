@@ -221,16 +221,45 @@ class Queue:
         self._settle(STMT_NACK, receipt, (now_ms() + lease_ms,), gone_ok=False)
 
 
+def runtime_addr(path, trusted_host=None):
+    """Returns (host, port) of natsUrl in up's runtime.json at path, or None.
+
+    The file is untrusted: only a nats://host:port URL without credentials
+    whose host is loopback (or trusted_host, the given URL's) is used, as
+    the connection carries the hint token.
+    """
+    try:
+        with open(path, "rb") as f:
+            rt = json.loads(f.read(64 * 1024))
+        u = urllib.parse.urlparse(rt.get("natsUrl") or "")
+        port = u.port
+    except (OSError, ValueError, AttributeError):
+        return None
+    host = u.hostname or ""
+    loopback = host == "localhost" or host == "::1" or host.startswith("127.")
+    if u.scheme != "nats" or u.username or not port or not (loopback or (trusted_host and host == trusted_host)):
+        return None
+    return (host, port)
+
+
 class HintListener:
     """A minimal NATS subscriber: sets `event` on every hint for subject.
 
     Hints are lossy, so the event is also set after every (re)connect:
     anything sent while not subscribed is picked up by one claim.
+
+    With runtime_file (LOCALCLOUD_RUNTIME_FILE, up's runtime.json), every
+    connection attempt first reads the server's URL there, so an up
+    restarted on another port is found again; url may then be None (a
+    stack on port 0 whose up has not started yet).
     """
 
-    def __init__(self, url, subject, token=None, on_state=None):
-        u = urllib.parse.urlparse(url)
-        self.addr = (u.hostname or "127.0.0.1", u.port or 4222)
+    def __init__(self, url, subject, token=None, on_state=None, runtime_file=None):
+        self.addr = None
+        if url:
+            u = urllib.parse.urlparse(url)
+            self.addr = (u.hostname or "127.0.0.1", u.port or 4222)
+        self.runtime_file = runtime_file or None
         self.subject = subject
         self.token = token or None
         self.on_state = on_state or (lambda state: None)
@@ -238,6 +267,7 @@ class HintListener:
         self.hints = 0
         self._stop = threading.Event()
         self._sock = None
+        self._down = False  # said "disconnected" since the last subscription
         self._thread = threading.Thread(target=self._run, name="nats-hints", daemon=True)
 
     def start(self):
@@ -261,13 +291,27 @@ class HintListener:
                 self._session()
                 backoff = 0.05
             except (OSError, ValueError, ConnectionError) as e:
-                self.on_state(f"disconnected: {e}")
+                if not self._down and not self._stop.is_set():  # once per outage, not once per retry
+                    self._down = True
+                    self.on_state(f"disconnected: {e}; retrying")
             if self._stop.wait(backoff * random.uniform(0.8, 1.2)):
                 return
-            backoff = min(backoff * 2, 2.0)
+            # A restarted up is back within a fraction of a second: keep
+            # looking every quarter second, like localcloud's Go client.
+            backoff = min(backoff * 2, 0.25)
+
+    def _server(self):
+        """The address to dial now: runtime.json's, else the given URL's."""
+        if self.runtime_file:
+            addr = runtime_addr(self.runtime_file, self.addr[0] if self.addr else None)
+            if addr is not None:
+                return addr
+        if self.addr is None:
+            raise ConnectionError(f"no hint server known yet ({self.runtime_file} names none)")
+        return self.addr
 
     def _session(self):
-        with socket.create_connection(self.addr, timeout=5) as s:
+        with socket.create_connection(self._server(), timeout=5) as s:
             self._sock = s
             f = s.makefile("rb")
             line = f.readline()
@@ -294,6 +338,7 @@ class HintListener:
                     s.sendall(b"PONG\r\n")
                 elif line.startswith(b"PONG") and not subscribed:
                     subscribed = True  # the server has processed SUB
+                    self._down = False
                     self.on_state("subscribed")
                     self.event.set()  # claim once: hints sent before now are lost
                 elif line.startswith(b"-ERR"):

@@ -41,11 +41,15 @@ def main():
 
     hints = None
     url = os.environ.get("LOCALCLOUD_NATS_URL")
-    if url and b.get("subject"):
+    # up rewrites runtime.json with its NATS URL at every start: reading it
+    # again after a disconnect finds an up restarted on another port.
+    runtime_file = os.environ.get("LOCALCLOUD_RUNTIME_FILE")
+    if (url or runtime_file) and b.get("subject"):
         hints = lcqueue.HintListener(url, b["subject"], os.environ.get("LOCALCLOUD_NATS_TOKEN"),
-                                     on_state=lambda s: print(f"worker: hints {s}", flush=True))
+                                     on_state=lambda s: print(f"worker: hints {s}", flush=True),
+                                     runtime_file=runtime_file)
     else:
-        print("worker: no LOCALCLOUD_NATS_URL; polling only", flush=True)
+        print("worker: neither LOCALCLOUD_NATS_URL nor LOCALCLOUD_RUNTIME_FILE; polling only", flush=True)
     # wake is what the loop waits on: a hint, or a signal to stop.
     wake = hints.event if hints is not None else threading.Event()
     stop = threading.Event()

@@ -39,10 +39,8 @@ func MoveTargets(st *config.Stack, b config.Binding) (deadLetter string, origins
 	if dl, ok := st.Binding(b.DeadLetter); ok && b.MaxAttempts > 0 && dl.Type == config.TypeQueue {
 		deadLetter = Location(*dl)
 	}
-	for _, o := range st.Bindings {
-		if o.Type == config.TypeQueue && o.DeadLetter == b.Name && o.MaxAttempts > 0 && o.Name != b.Name {
-			origins = append(origins, Location(o))
-		}
+	for _, o := range st.DeadLetterOrigins(b.Name) {
+		origins = append(origins, Location(o))
 	}
 	return deadLetter, origins
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -19,9 +20,9 @@ func (v EnvVar) String() string { return v.Name + "=" + v.Value }
 
 // AppEnv returns the environment an app of st needs, in this order: the
 // stack name, the NATS URL (left out when natsURL is ""), the token when the
-// stack sets one, and per binding LOCALCLOUD_BINDING_<NAME> holding the
-// binding's JSON on one line, as its engine writes it
-// (engine.Tools.AppBinding). `localcloud env`, `localcloud run` and
+// stack sets one, the runtime file (always), and per binding
+// LOCALCLOUD_BINDING_<NAME> holding the binding's JSON on one line, as its
+// engine writes it (engine.Tools.AppBinding). `localcloud env`, `localcloud run` and
 // localcloudtest all use it.
 func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 	vars := []EnvVar{{bindings.EnvStackName, st.Name}}
@@ -31,6 +32,9 @@ func AppEnv(st *config.Stack, natsURL string) ([]EnvVar, error) {
 	if st.Notify.Token != "" {
 		vars = append(vars, EnvVar{bindings.EnvNATSToken, st.Notify.Token})
 	}
+	// Where a client whose hint connection dropped finds the URL of an up
+	// restarted on another port (notify.FollowRuntime).
+	vars = append(vars, EnvVar{bindings.EnvRuntimeFile, filepath.Join(st.DataDir, RuntimeFileName)})
 	for _, b := range st.Bindings {
 		t, err := engine.For(b)
 		if err != nil {

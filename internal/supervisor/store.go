@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/engine"
@@ -50,6 +52,10 @@ func (s *store) close(log *slog.Logger) {
 // bound keeps a huge stack from holding hundreds of descriptors in flight.
 const openParallel = 16
 
+// progressEvery is how often openStores says how far it got, while it
+// runs longer than that: a stack of thousands of bindings takes seconds.
+var progressEvery = time.Second
+
 // openStores opens the stores of bs in parallel. On any failure it closes
 // what it opened and returns every error.
 func openStores(ctx context.Context, env *engine.Env, bs []config.Binding) ([]*store, error) {
@@ -57,6 +63,8 @@ func openStores(ctx context.Context, env *engine.Env, bs []config.Binding) ([]*s
 	errs := make([]error, len(bs))
 	sem := make(chan struct{}, openParallel)
 	var wg sync.WaitGroup
+	var opened atomic.Int64
+	stop := reportProgress(env.Log(), &opened, len(bs))
 	for i, b := range bs {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -64,9 +72,11 @@ func openStores(ctx context.Context, env *engine.Env, bs []config.Binding) ([]*s
 			defer wg.Done()
 			defer func() { <-sem }()
 			out[i], errs[i] = openStore(ctx, env, b)
+			opened.Add(1)
 		}()
 	}
 	wg.Wait()
+	stop()
 	var failed []error
 	for _, err := range errs {
 		if err != nil {
@@ -123,4 +133,28 @@ func openAll(ctx context.Context, env *engine.Env, bs []config.Binding, serverUp
 		return nil, err
 	}
 	return append(stores, more...), nil
+}
+
+// reportProgress logs, every progressEvery until stop is called, how many
+// of total stores are open.
+func reportProgress(log *slog.Logger, opened *atomic.Int64, total int) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.Info("provisioning stores", "opened", opened.Load(), "of", total)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }

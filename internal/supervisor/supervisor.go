@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,9 +130,19 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		stores:    make(map[string]*store, len(st.Bindings)),
 		health:    HealthOK,
 	}
-	// A taken NATS port fails the start before anything is created.
-	if err := hintserver.CheckListen(st.Notify.Listen); err != nil {
-		return nil, err
+	// A taken NATS port fails the start before anything is created,
+	// unless it is the stack's default port: then up takes a free one and
+	// says so; apps that follow runtime.json (LOCALCLOUD_RUNTIME_FILE)
+	// find it there.
+	listen := st.Notify.Listen
+	if err := hintserver.CheckListen(listen); err != nil {
+		if st.Notify.ListenGiven || !errors.Is(err, hintserver.ErrAddrInUse) {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(listen) // checked by config
+		listen = net.JoinHostPort(host, "0")
+		s.log.Warn("the stack's default NATS port is taken; using a free port instead (apps find it through runtime.json; "+
+			"set notify.listen to choose one)", "default", st.Notify.Listen, keyErr, err)
 	}
 	if err := os.MkdirAll(st.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -150,7 +161,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	}
 	natsDone := make(chan natsResult, 1)
 	so := hintserver.ServerOptions{
-		Listen: st.Notify.Listen,
+		Listen: listen,
 		Token:  st.Notify.Token,
 		Logger: opts.NATSLogger,
 	}

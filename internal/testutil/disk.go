@@ -9,11 +9,27 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
+// unmountWait bounds how long the unmount at a test's end waits for the
+// descriptors on the disk to go: a store closed just before may still be
+// letting go of a connection (database/sql closes one that was in use when
+// it comes back), and on a loaded machine that can take a while.
+const unmountWait = 30 * time.Second
+
 // MountSmallDisk mounts a tmpfs of size bytes (mode 0700) at dir, created
-// if needed, and unmounts it when the test ends. It skips the test when this
+// if needed, and unmounts it when the test ends, on every path: the
+// cleanup is registered before the mount. It skips the test when this
 // process may not mount (not root, or no tmpfs).
+//
+// The unmount needs every file on the disk closed, in this process and in
+// every other: a test must close its stores and stop the processes it
+// started on the disk before it ends (t.Cleanup functions registered after
+// MountSmallDisk run before the unmount). While the disk is busy the
+// unmount is retried for up to unmountWait; if it stays busy, the test
+// fails naming each process and file still open there, and the disk is
+// detached (a lazy unmount) so that nothing stays mounted.
 func MountSmallDisk(t testing.TB, dir string, size int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -22,14 +38,85 @@ func MountSmallDisk(t testing.TB, dir string, size int) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	mounted := false
+	t.Cleanup(func() {
+		if mounted {
+			unmount(t, dir)
+		}
+	})
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
 		t.Skipf("cannot mount a tmpfs on %s: %v", dir, err)
 	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
+	mounted = true
+}
+
+// unmount unmounts dir, waiting while it is busy; see MountSmallDisk.
+func unmount(t testing.TB, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(unmountWait)
+	for {
+		err := syscall.Unmount(dir, 0)
+		if err == nil {
+			return
 		}
-	})
+		if errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		open := OpenUnder(dir)
+		derr := syscall.Unmount(dir, syscall.MNT_DETACH)
+		t.Errorf("unmount %s: %v (after %s); still open there: %s; detached it: %v",
+			dir, err, unmountWait, strings.Join(open, "; "), derr)
+		return
+	}
+}
+
+// OpenUnder lists what keeps files under dir in use, one entry per process
+// and file: open descriptors, memory mappings (a -shm index) and working
+// directories, as "pid N (COMM): PATH". Processes of other users are not
+// visible to a non-root caller.
+func OpenUnder(dir string) []string {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return []string{"cannot list /proc: " + err.Error()}
+	}
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	var out []string
+	for _, pe := range procs {
+		pid := pe.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		base := filepath.Join("/proc", pid)
+		comm, _ := os.ReadFile(filepath.Join(base, "comm"))
+		seen := map[string]bool{}
+		add := func(what, p string) {
+			if under(p) && !seen[what+p] {
+				seen[what+p] = true
+				out = append(out, fmt.Sprintf("pid %s (%s): %s%s", pid, strings.TrimSpace(string(comm)), what, p))
+			}
+		}
+		fds, _ := os.ReadDir(filepath.Join(base, "fd"))
+		for _, fd := range fds {
+			if p, err := os.Readlink(filepath.Join(base, "fd", fd.Name())); err == nil {
+				add("", strings.TrimSuffix(p, " (deleted)"))
+			}
+		}
+		if p, err := os.Readlink(filepath.Join(base, "cwd")); err == nil {
+			add("cwd ", p)
+		}
+		if maps, err := os.ReadFile(filepath.Join(base, "maps")); err == nil {
+			for _, l := range strings.Split(string(maps), "\n") {
+				if i := strings.IndexByte(l, '/'); i >= 0 {
+					add("mapped ", strings.TrimSuffix(l[i:], " (deleted)"))
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return []string{"nothing found (a mount below it, or a process of another user)"}
+	}
+	return out
 }
 
 // FillDisk writes a file of zeros at path until the disk is full or max

@@ -134,6 +134,10 @@ type DeadLetter struct {
 // Hints configure NATS wake-up hints (queue.WithHints).
 type Hints struct {
 	URL, Token, Subject string
+	// RuntimeFile, when set, is the runtime.json of the up that serves
+	// the hints: every (re)connection dials the server it names then
+	// (notify.FollowRuntime), and URL may be "".
+	RuntimeFile string
 	// NoLocalWake stops Send and Nack from waking this process's waiters
 	// directly (a test of the cross-process path).
 	NoLocalWake bool

@@ -25,12 +25,17 @@ const (
 // wakeOptions are the options about waking waiters.
 type wakeOptions struct {
 	url, token, subject string
+	runtimeFile         string // notify.FollowRuntime's file; "" for a fixed url
 	noLocalWake         bool
 }
 
+// on reports whether hints go over NATS: a URL, or a runtime file to
+// find one in.
+func (w wakeOptions) on() bool { return w.url != "" || w.runtimeFile != "" }
+
 func (w wakeOptions) validate() error {
-	if w.url != "" && w.subject == "" {
-		return bindings.Errorf(bindings.CodeInvalidInput, "hints: subject must not be empty when a NATS URL (%s) is given", w.url)
+	if w.on() && w.subject == "" {
+		return bindings.Errorf(bindings.CodeInvalidInput, "hints: subject must not be empty when a NATS URL (%q) or runtime file (%q) is given", w.url, w.runtimeFile)
 	}
 	return nil
 }
@@ -54,8 +59,8 @@ func newHintState(o options, store string) *hintState {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &hintState{opts: o.wake, log: log, local: acquireLocal(store), done: make(chan struct{})}
-	if h.opts.url != "" {
-		h.pub = acquirePublisher(h.opts.url, h.opts.token, log)
+	if h.opts.on() {
+		h.pub = acquirePublisher(h.opts.url, h.opts.token, h.opts.runtimeFile, log)
 	}
 	return h
 }
@@ -90,7 +95,7 @@ func (h *hintState) waitChans() (local, hint <-chan struct{}) {
 // subscription returns the handle's NATS subscription, making it on first
 // use. It is nil without hints, after Close, or when the URL is unusable.
 func (h *hintState) subscription() *hintSub {
-	if h.opts.url == "" {
+	if !h.opts.on() {
 		return nil
 	}
 	h.subMu.Lock()
@@ -102,7 +107,7 @@ func (h *hintState) subscription() *hintSub {
 		default:
 		}
 		h.tried = true
-		h.sub = acquireSub(h.opts.url, h.opts.token, h.opts.subject, h.log)
+		h.sub = acquireSub(h.opts.url, h.opts.token, h.opts.subject, h.opts.runtimeFile, h.log)
 	}
 	return h.sub
 }
@@ -185,9 +190,10 @@ func (g *localGroup) release() {
 	}
 }
 
-// sharedPublisher is the process-wide hint publisher of one (url, token).
+// sharedPublisher is the process-wide hint publisher of one (url, token,
+// runtime file).
 type sharedPublisher struct {
-	key  [2]string
+	key  [3]string
 	refs int // guarded by pubs.Mutex
 	log  *slog.Logger
 
@@ -199,11 +205,11 @@ type sharedPublisher struct {
 
 var pubs = struct {
 	sync.Mutex
-	m map[[2]string]*sharedPublisher
-}{m: map[[2]string]*sharedPublisher{}}
+	m map[[3]string]*sharedPublisher
+}{m: map[[3]string]*sharedPublisher{}}
 
-func acquirePublisher(url, token string, log *slog.Logger) *sharedPublisher {
-	key := [2]string{url, token}
+func acquirePublisher(url, token, runtimeFile string, log *slog.Logger) *sharedPublisher {
+	key := [3]string{url, token, runtimeFile}
 	pubs.Lock()
 	defer pubs.Unlock()
 	p := pubs.m[key]
@@ -223,7 +229,7 @@ func (p *sharedPublisher) publisher() *notify.Publisher {
 	if p.pub != nil || p.failed || p.closed {
 		return p.pub
 	}
-	pub, err := notify.DialPublisher(p.key[0], p.key[1], notify.PublisherOptions{Logger: p.log})
+	pub, err := notify.DialPublisher(p.key[0], p.key[1], notify.PublisherOptions{Logger: p.log}, follow(p.key[2]))
 	if err != nil {
 		p.failed = true
 		p.log.Warn("hints off: cannot use the NATS URL; consumers fall back to polling", logKeyURL, p.key[0], logKeyErr, err)
@@ -274,7 +280,7 @@ func (p *sharedPublisher) release() {
 // hintSub is the process-wide subscription to one hint subject, fanned out
 // to every waiter.
 type hintSub struct {
-	key   [3]string
+	key   [4]string
 	refs  int // guarded by subs.Mutex
 	stop  func()
 	bc    broadcaster
@@ -283,13 +289,13 @@ type hintSub struct {
 
 var subs = struct {
 	sync.Mutex
-	m map[[3]string]*hintSub
-}{m: map[[3]string]*hintSub{}}
+	m map[[4]string]*hintSub
+}{m: map[[4]string]*hintSub{}}
 
 // acquireSub returns the shared subscription, or nil when the URL is
 // unusable (logged; waiters then rely on the fallback poll).
-func acquireSub(url, token, subject string, log *slog.Logger) *hintSub {
-	key := [3]string{url, token, subject}
+func acquireSub(url, token, subject, runtimeFile string, log *slog.Logger) *hintSub {
+	key := [4]string{url, token, subject, runtimeFile}
 	subs.Lock()
 	defer subs.Unlock()
 	if s := subs.m[key]; s != nil {
@@ -300,7 +306,7 @@ func acquireSub(url, token, subject string, log *slog.Logger) *hintSub {
 	stop, err := notify.Watch(context.Background(), url, token, subject, func() {
 		s.wakes.Add(1)
 		s.bc.broadcast()
-	})
+	}, follow(runtimeFile))
 	if err != nil {
 		log.Warn("hints off: cannot subscribe; falling back to polling", logKeyURL, url, logKeySubject, subject, logKeyErr, err)
 		return nil
@@ -321,4 +327,12 @@ func (s *hintSub) release() {
 	if last {
 		s.stop()
 	}
+}
+
+// follow is notify.FollowRuntime(file), or nothing for "".
+func follow(file string) notify.DialOption {
+	if file == "" {
+		return nil
+	}
+	return notify.FollowRuntime(file)
 }

@@ -100,7 +100,7 @@ func TestSharedPublisherPerURLAndToken(t *testing.T) {
 	_ = a.Close()
 	_ = b.Close()
 	pubs.Lock()
-	_, left := pubs.m[[2]string{url, "tok"}]
+	_, left := pubs.m[[3]string{url, "tok", ""}]
 	pubs.Unlock()
 	if left {
 		t.Fatal("publisher kept after its last handle closed")

@@ -59,7 +59,8 @@ func OpenConfig(ctx context.Context, cfg driver.Config) (*Queue, error) {
 	o := options{clock: cfg.Clock, logger: cfg.Logger, durability: bindings.Durability(cfg.Durability),
 		readOnly: cfg.ReadOnly, notifier: cfg.Notifier, binding: cfg.BindingName,
 		targets: append([]string(nil), cfg.MoveTargets...), dedupWindow: cfg.DedupWindow,
-		wake: wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, noLocalWake: cfg.Hints.NoLocalWake}}
+		wake: wakeOptions{url: cfg.Hints.URL, token: cfg.Hints.Token, subject: cfg.Hints.Subject, runtimeFile: cfg.Hints.RuntimeFile,
+			noLocalWake: cfg.Hints.NoLocalWake}}
 	if o.durability == "" {
 		o.durability = bindings.DurabilityNormal
 	}

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/kv"
@@ -228,13 +230,53 @@ type loginPage struct {
 	Err  string
 }
 
-// safeNext keeps a redirect target on the explorer: a path, never a host.
+// maxNext bounds the login's next parameter.
+const maxNext = 2048
+
+// safeNext returns where the login may send the browser: next when it is
+// a path on the explorer that stays one once decoded and cleaned (as
+// http.Redirect cleans it, and as browsers read a backslash as a slash and
+// drop tabs and line breaks), else "/". The answer is rebuilt from the
+// decoded, cleaned path and the query, so the Location header carries
+// exactly what was checked.
 func safeNext(next string) string {
-	u, err := url.Parse(next)
-	if err != nil || next == "" || u.IsAbs() || u.Host != "" || len(next) < 1 || next[0] != '/' || (len(next) > 1 && (next[1] == '/' || next[1] == '\\')) {
-		return "/"
+	const home = "/"
+	if next == "" || len(next) > maxNext || next[0] != '/' || unsafeInURL(next) {
+		return home
 	}
-	return next
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return home
+	}
+	// Decoded: %2F, %5C and %09 are what they stand for here. No page of
+	// the explorer has a % in its path (binding names and keys cannot),
+	// so one left after decoding (%252F) is refused too: decoded once
+	// more it would be another host.
+	p := u.Path
+	if p == "" || p[0] != '/' || unsafeInURL(p) || strings.Contains(p, "%") {
+		return home
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	out := (&url.URL{Path: clean, RawQuery: u.RawQuery}).String()
+	if !strings.HasPrefix(out, "/") || strings.HasPrefix(out, "//") || unsafeInURL(out) {
+		return home
+	}
+	return out
+}
+
+// unsafeInURL reports a backslash (a slash to browsers) or a control
+// character (tabs and line breaks are dropped by browsers, so "/\t/host"
+// would become "//host").
+func unsafeInURL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) pageLogin(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,79 @@
+package supervisor
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/config"
+)
+
+// fdsPerStore is about what one open sqlite store holds: the database, its
+// -wal and -shm on two connections, and the lock file (5 measured).
+const fdsPerStore = 6
+
+// BenchmarkReload is a reload of up serving n KV bindings whose stack file
+// did not change: the stack is read and checked again, compared with the
+// one served, and runtime.json rewritten. Sizes whose stores would not fit
+// under this process's open-file limit are skipped (20,000 here: about
+// 3,300 stores).
+func BenchmarkReload(b *testing.B) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1000, 2000, 3000, 10000} {
+		b.Run(fmt.Sprintf("bindings=%d", n), func(b *testing.B) {
+			if need := uint64(n*fdsPerStore + 1000); need > lim.Cur {
+				b.Skipf("%d stores need about %d open files; the limit is %d", n, need, lim.Cur)
+			}
+			var sb strings.Builder
+			sb.WriteString("version: 1\nname: big\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n")
+			for i := range n {
+				fmt.Fprintf(&sb, "  kv-%05d:\n    type: kv\n", i)
+			}
+			file := filepath.Join(b.TempDir(), "stack.yaml")
+			if err := os.WriteFile(file, []byte(sb.String()), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			st, err := config.Load(file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := Start(ctx, st, Options{Logger: slog.New(slog.DiscardHandler), HealthInterval: -1, NoWatch: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for b.Loop() {
+				d, err := s.Reload(ctx, "bench")
+				if err != nil || !d.Empty() {
+					b.Fatalf("reload: %+v, %v", d, err)
+				}
+			}
+		})
+	}
+}
+
+// TestProvisioningProgress: while it opens stores, up says how many are
+// open every progressEvery (shortened here so the test sees lines at
+// all; not parallel, as it changes the package's interval).
+func TestProvisioningProgress(t *testing.T) {
+	old := progressEvery
+	progressEvery = time.Millisecond
+	t.Cleanup(func() { progressEvery = old })
+	var lines []string
+	for i := range 200 {
+		lines = append(lines, fmt.Sprintf("  kv-%03d:\n    type: kv", i))
+	}
+	_, _, logs := start(t, stackText(lines...), Options{NoWatch: true})
+	out := logs.String()
+	if !strings.Contains(out, `msg="provisioning stores" opened=`) || !strings.Contains(out, " of=200") {
+		t.Fatalf("no progress line while opening 200 stores:\n%s", out)
+	}
+}
