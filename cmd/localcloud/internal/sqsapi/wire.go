@@ -55,7 +55,7 @@ var queryRenames = map[string]string{
 	"SendMessageBatchRequestEntry":             "Entries",
 	"DeleteMessageBatchRequestEntry":           "Entries",
 	"ChangeMessageVisibilityBatchRequestEntry": "Entries",
-	"TagKey":                                   "TagKeys",
+	"TagKey": "TagKeys",
 }
 
 // queryMaps are the flattened maps of the Query protocol: the member, the
