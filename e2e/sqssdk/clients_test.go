@@ -163,3 +163,59 @@ func TestAWSCLI(t *testing.T) {
 		})
 	}
 }
+
+// nodeSDKVersion is the @aws-sdk/client-sqs the node test installs.
+const nodeSDKVersion = "3.1175.0"
+
+// nodeModules installs @aws-sdk/client-sqs (pinned) with npm into the user
+// cache dir once and returns its node_modules.
+func nodeModules(t *testing.T) string {
+	t.Helper()
+	npm := need(t, "npm", "node's package manager, for @aws-sdk/client-sqs")
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "localcloud-sqssdk", "client-sqs-"+nodeSDKVersion)
+	mods := filepath.Join(dir, "node_modules")
+	if _, err := os.Stat(filepath.Join(mods, "@aws-sdk", "client-sqs", "package.json")); err == nil {
+		return mods
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "--prefix", dir, "@aws-sdk/client-sqs@"+nodeSDKVersion)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install @aws-sdk/client-sqs@%s: %v\n%s", nodeSDKVersion, err, out)
+	}
+	return mods
+}
+
+// TestNodeSDK runs testdata/node_client.cjs (the AWS SDK for JavaScript
+// v3, JSON protocol, configured by the environment alone) under
+// `localcloud run` on a file and a JetStream binding.
+func TestNodeSDK(t *testing.T) {
+	node := need(t, "node", "node.js, for the AWS SDK for JavaScript v3")
+	mods := nodeModules(t)
+	script, err := filepath.Abs(filepath.Join("testdata", "node_client.cjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, bindings := range engines {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startStack(t, "", bindings)
+			s.lc(t, "queue", "send", "orders", "from the CLI")
+			cmd := exec.Command(binary, "run", "-f", s.file, "--", node, script)
+			cmd.Dir = s.dir
+			cmd.Env = append(cleanAWSEnv(), "NODE_PATH="+mods)
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
+				t.Fatalf("node: %v\n%s\nup:\n%s", err, out, s.log())
+			}
+			if peek := s.lc(t, "queue", "peek", "orders"); !strings.Contains(peek, "left for the CLI") {
+				t.Fatalf("the CLI does not see the app's message:\n%s", peek)
+			}
+		})
+	}
+}
