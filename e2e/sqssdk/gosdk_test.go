@@ -1,8 +1,12 @@
 package sqssdk
 
 import (
+	"io"
+	"net/http"
+
 	"encoding/json"
 	"errors"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"strconv"
 	"strings"
 	"testing"
@@ -259,5 +263,45 @@ func TestGoSDKLongPollWokenByAnotherProcess(t *testing.T) {
 				t.Fatalf("long poll = %s, %v", js, err)
 			}
 		})
+	}
+}
+
+// TestSignedRequests: with sqs.accessKeyId and sqs.secretAccessKey set,
+// a request signed with them passes; another secret, another key id or no
+// signature at all is refused with SQS's codes, and nothing is stored.
+func TestSignedRequests(t *testing.T) {
+	t.Setenv("SQS_TEST_KEY", "AKIDLOCALCLOUD")
+	t.Setenv("SQS_TEST_SECRET", "wJalrXUtnFEMI/K7MDENG")
+	s := startStack(t, "sqs:\n  listen: 127.0.0.1:0\n  region: eu-west-1\n  accessKeyId: ${SQS_TEST_KEY}\n  secretAccessKey: ${SQS_TEST_SECRET}\n",
+		"  orders:\n    type: queue\n")
+	ctx := ctxOf(t)
+	client := func(key, secret string) *sqs.Client {
+		return sqs.New(sqs.Options{Region: "eu-west-1", BaseEndpoint: aws.String(s.endpoint),
+			Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")})
+	}
+	q := aws.String(s.endpoint + "/000000000000/orders")
+	if _, err := client("AKIDLOCALCLOUD", "wJalrXUtnFEMI/K7MDENG").SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("signed")}); err != nil {
+		t.Fatalf("a request signed with the stack's keys: %v", err)
+	}
+	for _, tc := range []struct{ key, secret, code string }{
+		{"AKIDLOCALCLOUD", "wrong", "SignatureDoesNotMatch"},
+		{"AKIDOTHER", "wJalrXUtnFEMI/K7MDENG", "InvalidClientTokenId"},
+	} {
+		_, err := client(tc.key, tc.secret).SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("forged")})
+		if apiCode(err) != tc.code {
+			t.Errorf("signed with %s/%s: %v, want %s", tc.key, tc.secret, err, tc.code)
+		}
+	}
+	resp, err := http.Post(s.endpoint+"/", "application/x-www-form-urlencoded", strings.NewReader("Action=SendMessage&QueueUrl="+*q+"&MessageBody=unsigned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 403 || !strings.Contains(string(body), "<Code>MissingAuthenticationToken</Code>") {
+		t.Errorf("unsigned: %d %s", resp.StatusCode, body)
+	}
+	if peek := s.lc(t, "queue", "peek", "orders"); !strings.Contains(peek, "signed") || strings.Contains(peek, "forged") || strings.Contains(peek, "unsigned") {
+		t.Fatalf("peek:\n%s", peek)
 	}
 }

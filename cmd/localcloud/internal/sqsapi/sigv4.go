@@ -57,10 +57,11 @@ func (s *Server) verify(r *http.Request, body []byte) *apiError {
 	if d := s.opts.Now().Sub(at); d > maxSkew || d < -maxSkew {
 		return errf(codeRequestExpired, "the request was signed at %s, more than %s from the server's time", amzDate, maxSkew)
 	}
-	payload := r.Header.Get("X-Amz-Content-Sha256")
-	if payload == "" {
-		h := sha256.Sum256(body)
-		payload = hex.EncodeToString(h[:])
+	sum := sha256.Sum256(body)
+	payload := hex.EncodeToString(sum[:])
+	if h := r.Header.Get("X-Amz-Content-Sha256"); h != "" && h != payload {
+		// The signature covers this header's hash: it must be the body's.
+		return errf(codeSignatureDoesNotMatch, "header X-Amz-Content-Sha256 is not the SHA-256 of the request body")
 	}
 	headers := strings.Split(signed, ";")
 	var canon strings.Builder
