@@ -142,12 +142,6 @@ func (s *stack) stop(t *testing.T) {
 	}
 }
 
-// kill ends up with SIGKILL, as a crash.
-func (s *stack) kill() {
-	_ = s.up.Process.Kill()
-	<-s.exited
-}
-
 // lc runs the localcloud CLI on the stack; it fails the test on a non-zero
 // exit.
 func (s *stack) lc(t *testing.T, args ...string) string {
