@@ -29,6 +29,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(helperEnv); role != "" {
+		os.Exit(runHelper(role))
+	}
 	dir, err := os.MkdirTemp("", "sqssdk-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -168,4 +171,10 @@ func ctxOf(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// killUp ends up with SIGKILL, as a crash, and waits for it.
+func (s *stack) killUp() {
+	_ = s.up.Process.Kill()
+	<-s.exited
 }
