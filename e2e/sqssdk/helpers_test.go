@@ -66,7 +66,7 @@ var readyRE = regexp.MustCompile(`msg=ready .*sqs=(http://\S+)`)
 // startStack writes a stack file with bindings (YAML under bindings:) and
 // extra top-level YAML, starts `localcloud up` on it and waits for its
 // ready line. up is stopped (SIGTERM, then SIGKILL) when the test ends.
-func startStack(t *testing.T, extra, bindings string) *stack {
+func startStack(t testing.TB, extra, bindings string) *stack {
 	t.Helper()
 	s := &stack{dir: t.TempDir(), exited: make(chan struct{})}
 	s.file = filepath.Join(s.dir, "stack.yaml")
@@ -81,7 +81,7 @@ func startStack(t *testing.T, extra, bindings string) *stack {
 	return s
 }
 
-func (s *stack) start(t *testing.T) {
+func (s *stack) start(t testing.TB) {
 	t.Helper()
 	s.exited = make(chan struct{})
 	cmd := exec.Command(binary, "up", "-f", s.file)
@@ -129,7 +129,7 @@ func (s *stack) log() string {
 }
 
 // stop ends up with SIGTERM (SIGKILL after 10 s) and waits for it.
-func (s *stack) stop(t *testing.T) {
+func (s *stack) stop(t testing.TB) {
 	select {
 	case <-s.exited:
 		return
@@ -147,7 +147,7 @@ func (s *stack) stop(t *testing.T) {
 
 // lc runs the localcloud CLI on the stack; it fails the test on a non-zero
 // exit.
-func (s *stack) lc(t *testing.T, args ...string) string {
+func (s *stack) lc(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, append(args, "-f", s.file)...)
 	cmd.Dir = s.dir
@@ -167,7 +167,7 @@ func (s *stack) client() *sqs.Client {
 	})
 }
 
-func ctxOf(t *testing.T) context.Context {
+func ctxOf(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx

@@ -38,6 +38,9 @@ const helperEnv = "SQSSDK_HELPER"
 // successful delete, and exits after stdin is closed and a receive comes
 // back empty.
 func runHelper(role string) int {
+	if role == "waiter" {
+		return runWaiter()
+	}
 	ep := os.Getenv("SQSSDK_ENDPOINT")
 	// No retries of the SDK's own: every retry is this loop's, so that a
 	// producer counts the batches it may have stored twice.
@@ -128,7 +131,7 @@ func runHelper(role string) int {
 }
 
 // freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +156,7 @@ func (h *helper) wait() error {
 	return h.err
 }
 
-func startHelper(t *testing.T, role string, env ...string) *helper {
+func startHelper(t testing.TB, role string, env ...string) *helper {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
