@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,13 +38,13 @@ bindings:
 `
 
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	sup *supervisor.Supervisor
 	ts  *httptest.Server
 	url string // queue URL of orders
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "stack.yaml")
@@ -319,5 +321,39 @@ func TestLongPollWakesOnSend(t *testing.T) {
 	msgs, _ := out["Messages"].([]any)
 	if len(msgs) != 1 || msgs[0].(map[string]any)["Body"] != "wake" {
 		t.Fatalf("long poll = %v", out)
+	}
+}
+
+// BenchmarkQuerySendReceiveDelete: over HTTP on loopback, a Query
+// SendMessageBatch of 10, a ReceiveMessage of 10 and a DeleteMessageBatch
+// of them, per op (for profiles of the front door; BenchmarkSQS in
+// e2e/sqssdk compares with goaws).
+func BenchmarkQuerySendReceiveDelete(b *testing.B) {
+	e := newEnv(b)
+	send := url.Values{"Action": {"SendMessageBatch"}, "QueueUrl": {e.url}}
+	for i := range 10 {
+		p := "SendMessageBatchRequestEntry." + strconv.Itoa(i+1) + "."
+		send.Set(p+"Id", "m"+strconv.Itoa(i))
+		send.Set(p+"MessageBody", strings.Repeat("x", 100))
+	}
+	recv := url.Values{"Action": {"ReceiveMessage"}, "QueueUrl": {e.url}, "MaxNumberOfMessages": {"10"}}
+	re := regexp.MustCompile(`<ReceiptHandle>([^<]*)</ReceiptHandle>`)
+	for b.Loop() {
+		if st, body := e.callQuery(send); st != 200 {
+			b.Fatal(body)
+		}
+		st, body := e.callQuery(recv)
+		if st != 200 {
+			b.Fatal(body)
+		}
+		del := url.Values{"Action": {"DeleteMessageBatch"}, "QueueUrl": {e.url}}
+		for i, m := range re.FindAllStringSubmatch(body, -1) {
+			p := "DeleteMessageBatchRequestEntry." + strconv.Itoa(i+1) + "."
+			del.Set(p+"Id", "d"+strconv.Itoa(i))
+			del.Set(p+"ReceiptHandle", m[1])
+		}
+		if st, body := e.callQuery(del); st != 200 {
+			b.Fatal(body)
+		}
 	}
 }
