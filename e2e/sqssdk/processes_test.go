@@ -215,16 +215,21 @@ func (h *helper) count(prefix string) int {
 // TestManyProcesses: 2 producer processes send 5,000 messages through the
 // SQS API (batches of 10) while 4 consumer processes receive and delete
 // them, once undisturbed and once with up SIGKILLed and restarted in the
-// middle (clients retry). Every message arrives; no stored message (by its
+// middle (clients retry) on a file binding, and once undisturbed on a
+// JetStream binding. Every message arrives; no stored message (by its
 // MessageId) is received twice (each was deleted within its 60 s lease);
 // none is received after its delete; the queue ends empty. A producer
 // batch retried after a failure may have been stored twice: the
 // duplicates are bounded by the retried batches.
 func TestManyProcesses(t *testing.T) {
-	for _, kill := range []bool{false, true} {
-		t.Run(map[bool]string{false: "steady", true: "upKilled"}[kill], func(t *testing.T) {
+	for _, run := range []struct {
+		name, engine string
+		kill         bool
+	}{{"steady", "sqlite", false}, {"upKilled", "sqlite", true}, {"jetstream", "jetstream", false}} {
+		kill := run.kill
+		t.Run(run.name, func(t *testing.T) {
 			addr := freePort(t)
-			s := startStack(t, "sqs:\n  listen: "+addr+"\n", "  orders:\n    type: queue\n")
+			s := startStack(t, "sqs:\n  listen: "+addr+"\n", "  orders:\n    type: queue\n    engine: "+run.engine+"\n")
 			const perProducer = 2500
 			env := "SQSSDK_ENDPOINT=" + s.endpoint
 			var consumers []*helper
