@@ -264,10 +264,13 @@ binding's store (directories 0700, files 0600; a store of another format
 stops up and is left untouched), starts the embedded NATS hint server and
 writes <dataDir>/runtime.json, and serves the web explorer (stack field
 explorer; default http://127.0.0.1:4280/, a free port when that one is
-taken and the stack sets none; "explorer: off" turns it off). It prints a summary on stdout and then logs,
+taken and the stack sets none; "explorer: off" turns it off), and, with a
+queue binding, the SQS API for AWS SDKs (stack field sqs; default
+http://127.0.0.1:9324, a free port when that one is taken and the stack sets
+none; "sqs: off" turns it off). It prints a summary on stdout and then logs,
 on stderr, one line with msg=ready that scripts can wait for:
 
-  time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT stack=NAME bindings=N pid=PID
+  time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT explorer=URL sqs=URL stack=NAME bindings=N pid=PID
 
 While up runs, saving the stack file (or SIGHUP) applies the change: new
 bindings are provisioned, removed ones no longer served (their files stay),
