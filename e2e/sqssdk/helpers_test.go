@@ -55,13 +55,17 @@ func TestMain(m *testing.M) {
 type stack struct {
 	dir, file string
 	endpoint  string // the SQS API
+	explorer  string // the explorer's URL, "" when it is off
 	up        *exec.Cmd
 	mu        sync.Mutex
 	stderr    strings.Builder
 	exited    chan struct{}
 }
 
-var readyRE = regexp.MustCompile(`msg=ready .*sqs=(http://\S+)`)
+var (
+	readyRE    = regexp.MustCompile(`msg=ready .*sqs=(http://\S+)`)
+	explorerRE = regexp.MustCompile(`msg=ready .*explorer=(http://\S+)`)
+)
 
 // startStack writes a stack file with bindings (YAML under bindings:) and
 // extra top-level YAML, starts `localcloud up` on it and waits for its
@@ -70,7 +74,10 @@ func startStack(t testing.TB, extra, bindings string) *stack {
 	t.Helper()
 	s := &stack{dir: t.TempDir(), exited: make(chan struct{})}
 	s.file = filepath.Join(s.dir, "stack.yaml")
-	src := "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nexplorer: off\n" + extra + "bindings:\n" + bindings
+	src := "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\n" + extra + "bindings:\n" + bindings
+	if !strings.Contains(extra, "explorer:") {
+		src = strings.Replace(src, "bindings:\n", "explorer: off\nbindings:\n", 1)
+	}
 	if !strings.Contains(extra, "sqs:") {
 		src = strings.Replace(src, "bindings:\n", "sqs:\n  listen: 127.0.0.1:0\nbindings:\n", 1)
 	}
@@ -108,6 +115,9 @@ func (s *stack) start(t testing.TB) {
 			s.stderr.WriteString(line + "\n")
 			s.mu.Unlock()
 			if m := readyRE.FindStringSubmatch(line); m != nil {
+				if e := explorerRE.FindStringSubmatch(line); e != nil {
+					s.explorer = strings.TrimSuffix(e[1], "/")
+				}
 				ready <- m[1]
 			}
 		}
