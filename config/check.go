@@ -42,6 +42,7 @@ func (p *parser) check(r *rawStack, dir string) *Stack {
 		p.checkExplorerListen(r.explorerNode, s.Explorer.Listen)
 	}
 
+	p.checkSQS(s, r)
 	s.JetStream = p.checkJetStream(&r.js, dir)
 	byName := make(map[string]*rawBinding, len(r.bindings))
 	for _, rb := range r.bindings {

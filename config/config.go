@@ -153,6 +153,8 @@ type Stack struct {
 	Notify Notify
 	// Explorer configures the web explorer that up serves.
 	Explorer Explorer
+	// SQS configures the SQS-compatible API that up serves.
+	SQS SQS
 	// JetStream says where jetstream bindings live; its zero value means
 	// up's embedded server.
 	JetStream JetStream

@@ -360,7 +360,7 @@ func TestParseListen(t *testing.T) {
 func TestParseStructure(t *testing.T) {
 	t.Parallel()
 	runRules(t, []ruleCase{
-		{name: "unknown top field", src: "version: 1\nname: shop\nservices: {}\n", want: []string{"3:1: services: unknown field; expected one of version, name, dataDir, notify, explorer, jetstream, bindings"}},
+		{name: "unknown top field", src: "version: 1\nname: shop\nservices: {}\n", want: []string{"3:1: services: unknown field; expected one of version, name, dataDir, notify, explorer, sqs, jetstream, bindings"}},
 		{name: "misspelt top field", src: "version: 1\nname: shop\nbinding: {}\n", want: []string{"3:1: binding: unknown field; did you mean bindings?"}},
 		{name: "unknown field close to a known one", src: queueWith("visibility_timeout", "30s"), want: []string{"6:5: bindings.orders.visibility_timeout: unknown field; did you mean visibilityTimeout?"}},
 		{name: "wrong case", src: "version: 1\nname: shop\ndatadir: x\n", want: []string{"3:1: datadir: unknown field; did you mean dataDir?"}},
@@ -667,7 +667,7 @@ func TestDefaulted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"dataDir", "explorer.listen", "bindings.carts.path", "bindings.emails.path",
+	want := []string{"dataDir", "explorer.listen", "sqs.listen", "bindings.carts.path", "bindings.emails.path",
 		"bindings.orders.durability", "bindings.orders.visibilityTimeout"}
 	got := append([]string(nil), s.Defaulted...)
 	slices.Sort(got)

@@ -15,7 +15,7 @@ var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 const namePattern = "[a-z][a-z0-9-]{0,62}"
 
 var (
-	rootFields      = []string{"version", "name", "dataDir", "notify", "explorer", "jetstream", "bindings"}
+	rootFields      = []string{"version", "name", "dataDir", "notify", "explorer", "sqs", "jetstream", "bindings"}
 	jetstreamFields = []string{"servers", "token", "creds", "tls"}
 	tlsFields       = []string{"ca", "cert", "key"}
 	notifyFields    = []string{"listen", "token"}
@@ -46,6 +46,7 @@ type rawStack struct {
 	token        string
 	explorer     Explorer
 	explorerNode *yaml.Node // listen, when given
+	sqs          rawSQS
 	js           rawJetStream
 	bindings     []*rawBinding
 }
@@ -177,6 +178,8 @@ func (p *parser) walk(root *yaml.Node) *rawStack {
 			p.notify(r, e.val)
 		case "explorer":
 			p.explorer(r, e.val)
+		case "sqs":
+			p.sqs(r, e.val)
 		case "jetstream":
 			p.jetstream(r, e.val)
 		case "bindings":

@@ -285,6 +285,7 @@ type runtimeFile struct {
 	StartedAt       time.Time `json:"startedAt"`
 	NATSURL         string    `json:"natsUrl"`
 	ExplorerURL     string    `json:"explorerUrl"`
+	SQSEndpoint     string    `json:"sqsEndpoint"`
 	Stack           string    `json:"stack"`
 	StackFile       string    `json:"stackFile"`
 	DataDir         string    `json:"dataDir"`

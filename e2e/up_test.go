@@ -106,11 +106,15 @@ func TestUpServesAMultiBindingStack(t *testing.T) {
 	out := p.stdout.String()
 	for _, w := range []string{"bindings (5):", outside, "visibilityTimeout=45s maxAttempts=5 deadLetter=orders-dlq", rt.NATSURL,
 		// Only the defaults this file left out: it sets notify.listen.
-		"defaults applied: dataDir .localcloud; durability normal (audit, carts, orders, orders-dlq); " +
+		"defaults applied: dataDir .localcloud; sqs.listen 127.0.0.1:9324; durability normal (audit, carts, orders, orders-dlq); " +
 			"path <dataDir>/<type>/<name> (carts, orders-dlq, sessions); visibilityTimeout 30s (orders-dlq)\n"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("summary lacks %q:\n%s", w, out)
 		}
+	}
+	// The SQS API: its endpoint in runtime.json and the summary.
+	if !strings.HasPrefix(rt.SQSEndpoint, "http://127.0.0.1:") || !strings.Contains(out, "SQS API       "+rt.SQSEndpoint) {
+		t.Errorf("runtime.json sqsEndpoint %q, summary:\n%s", rt.SQSEndpoint, out)
 	}
 
 	st := s.status(t)

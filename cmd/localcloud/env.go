@@ -78,6 +78,11 @@ func (a *app) stackEnv(ctx context.Context, file, cmd string) ([]envVar, error) 
 	if err != nil {
 		return nil, err
 	}
+	aws, err := sqsEnv(st, a.lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	vars = append(vars, aws...)
 	if note != "" {
 		fmt.Fprintf(a.stderr, "localcloud %s: %s\n", cmd, note)
 	}

@@ -39,6 +39,7 @@ type statusReport struct {
 	PID           int        `json:"pid,omitempty"`
 	NATSURL       string     `json:"natsUrl,omitempty"`
 	ExplorerURL   string     `json:"explorerUrl,omitempty"`
+	SQSEndpoint   string     `json:"sqsEndpoint,omitempty"`
 	StartedAt     *time.Time `json:"startedAt,omitempty"`
 	UptimeSeconds int64      `json:"uptimeSeconds,omitempty"`
 	Stack         string     `json:"stack"`
@@ -187,7 +188,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 	case rt != nil:
 		started := rt.StartedAt
 		rep.PID, rep.NATSURL, rep.StartedAt = rt.PID, rt.NATSURL, &started
-		rep.ExplorerURL = rt.ExplorerURL
+		rep.ExplorerURL, rep.SQSEndpoint = rt.ExplorerURL, rt.SQSEndpoint
 		rep.UptimeSeconds = int64(now.Sub(started).Seconds())
 		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
@@ -325,6 +326,9 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		fmt.Fprintf(w, "up: running, pid %d, up %s, NATS %s\n", rep.PID, up, rep.NATSURL)
 		if rep.ExplorerURL != "" {
 			fmt.Fprintf(w, "explorer: %s\n", rep.ExplorerURL)
+		}
+		if rep.SQSEndpoint != "" {
+			fmt.Fprintf(w, "SQS API: %s\n", rep.SQSEndpoint)
 		}
 	case rep.Running:
 		fmt.Fprintln(w, "up: starting")

@@ -61,24 +61,40 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	sqs, err := listenSQS(st)
+	if err != nil {
+		exp.abort()
+		return err
+	}
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
 		LoadOptions: c.app.loadOptions(),
 		ExplorerURL: exp.url(),
+		SQSEndpoint: sqs.endpoint(),
 	})
 	if err != nil {
 		exp.abort()
+		sqs.abort()
 		return startError(err, st)
 	}
 	if err := exp.serve(sup, st, log); err != nil {
+		sqs.abort()
 		_ = sup.Close()
 		return err
 	}
-	c.printSummary(sup, st, exp)
+	if err := sqs.serve(sup, st, log); err != nil {
+		exp.close(shutdownTimeout / 4)
+		_ = sup.Close()
+		return err
+	}
+	c.printSummary(sup, st, exp, sqs)
 	attrs := []any{"nats", sup.URL()}
 	if exp != nil {
 		attrs = append(attrs, "explorer", exp.url())
+	}
+	if sqs != nil {
+		attrs = append(attrs, "sqs", sqs.endpoint())
 	}
 	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
 
@@ -99,6 +115,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	done := make(chan error, 1)
 	go func() {
 		exp.close(shutdownTimeout / 4) // before the stores it reads
+		sqs.close(shutdownTimeout / 4)
 		done <- sup.Close()
 	}()
 	timer := time.NewTimer(shutdownTimeout)
@@ -160,7 +177,7 @@ func jetStreamSummary(sup *supervisor.Supervisor, st *config.Stack) string {
 }
 
 // printSummary prints what up serves to stdout.
-func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, exp *upExplorer) {
+func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, exp *upExplorer, sqs *upSQS) {
 	w := c.app.stdout
 	fmt.Fprintf(w, "localcloud up: stack %s (%s)\n", st.Name, st.File)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -171,6 +188,7 @@ func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, e
 		fmt.Fprintf(tw, "  JetStream\t%s\n", js)
 	}
 	fmt.Fprintf(tw, "  explorer\t%s\n", exp.summary(st))
+	fmt.Fprintf(tw, "  SQS API\t%s\n", sqs.summary(st))
 	tw.Flush()
 	fmt.Fprintf(w, "bindings (%d):\n", len(st.Bindings))
 	printBindings(w, st)
@@ -197,6 +215,9 @@ func defaultsApplied(st *config.Stack) string {
 			continue
 		case "explorer.listen":
 			parts = append(parts, "explorer.listen "+config.DefaultExplorerListen)
+			continue
+		case "sqs.listen":
+			parts = append(parts, "sqs.listen "+config.DefaultSQSListen)
 			continue
 		}
 		rest, ok := strings.CutPrefix(d, "bindings.")
@@ -243,10 +264,13 @@ binding's store (directories 0700, files 0600; a store of another format
 stops up and is left untouched), starts the embedded NATS hint server and
 writes <dataDir>/runtime.json, and serves the web explorer (stack field
 explorer; default http://127.0.0.1:4280/, a free port when that one is
-taken and the stack sets none; "explorer: off" turns it off). It prints a summary on stdout and then logs,
+taken and the stack sets none; "explorer: off" turns it off), and, with a
+queue binding, the SQS API for AWS SDKs (stack field sqs; default
+http://127.0.0.1:9324, a free port when that one is taken and the stack sets
+none; "sqs: off" turns it off). It prints a summary on stdout and then logs,
 on stderr, one line with msg=ready that scripts can wait for:
 
-  time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT stack=NAME bindings=N pid=PID
+  time=... level=INFO msg=ready nats=nats://127.0.0.1:PORT explorer=URL sqs=URL stack=NAME bindings=N pid=PID
 
 While up runs, saving the stack file (or SIGHUP) applies the change: new
 bindings are provisioned, removed ones no longer served (their files stay),

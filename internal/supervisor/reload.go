@@ -188,6 +188,9 @@ func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error
 	if st.Explorer != old.Explorer {
 		s.log.Warn("explorer settings changed; they apply after a restart of localcloud up", "url", s.opts.ExplorerURL)
 	}
+	if st.SQS != old.SQS {
+		s.log.Warn("sqs settings changed (or whether the stack has a queue binding); they apply after a restart of localcloud up", "endpoint", s.opts.SQSEndpoint)
+	}
 	var toOpen []config.Binding
 	for _, b := range st.Bindings {
 		cur, ok := s.stores[b.Name]

@@ -59,6 +59,7 @@ type Runtime struct {
 	StartedAt       time.Time        `json:"startedAt"`
 	NATSURL         string           `json:"natsUrl"`
 	ExplorerURL     string           `json:"explorerUrl,omitempty"`
+	SQSEndpoint     string           `json:"sqsEndpoint,omitempty"`
 	Stack           string           `json:"stack"`
 	StackFile       string           `json:"stackFile"`
 	DataDir         string           `json:"dataDir"`

@@ -63,6 +63,9 @@ type Options struct {
 	// ExplorerURL is the address of the web explorer up serves, written
 	// into runtime.json as explorerUrl; "" when it is off.
 	ExplorerURL string
+	// SQSEndpoint is the endpoint of the SQS API up serves, written into
+	// runtime.json as sqsEndpoint; "" when it is off.
+	SQSEndpoint string
 }
 
 // Supervisor is a running up. Create it with Start; stop it with Close.
@@ -306,6 +309,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 		StartedAt:       s.startedAt,
 		NATSURL:         s.nats.URL(),
 		ExplorerURL:     s.opts.ExplorerURL,
+		SQSEndpoint:     s.opts.SQSEndpoint,
 		Stack:           s.stack.Name,
 		StackFile:       s.stackFile,
 		DataDir:         s.dataDir,
