@@ -1,0 +1,53 @@
+package e2e
+
+// The first hour of a new user (issue 26), each item driven through the
+// built binary.
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestNewcomerVersionRevision: the binary TestMain builds in this checkout
+// carries the VCS revision; one built without it says how to get it.
+func TestNewcomerVersionRevision(t *testing.T) {
+	t.Parallel()
+	build := func(vcs string) string {
+		t.Helper()
+		bin := filepath.Join(t.TempDir(), "localcloud")
+		cmd := exec.Command("go", "build", "-buildvcs="+vcs, "-o", bin, "github.com/localcloud/localcloud/cmd/localcloud")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build -buildvcs=%s: %v\n%s", vcs, err, b)
+		}
+		return bin
+	}
+	version := func(bin string) (stdout, stderr string) {
+		t.Helper()
+		p := startCmd(t, exec.Command(bin, "version"))
+		if code := p.waitExit(eventTimeout); code != 0 {
+			t.Fatalf("version: exit %d", code)
+		}
+		return p.stdout.String(), p.stderr()
+	}
+	out, stderr := version(build("false"))
+	if !strings.Contains(stderr, "no VCS revision embedded") || !strings.Contains(stderr, "go install ./cmd/localcloud") {
+		t.Errorf("version without a revision: stdout %q, stderr %q, want the note on how to get one", out, stderr)
+	}
+	// Stamped: Go stamps a clone, not a git worktree; test it where it can.
+	bin := build("true")
+	info, err := exec.Command("go", "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`vcs\.revision=([0-9a-f]{12})`).FindSubmatch(info)
+	if m == nil {
+		t.Logf("this checkout is not stamped by Go (a git worktree?); the stamped case is left to TestVersionFromBuildInfo")
+		return
+	}
+	if out, stderr := version(bin); !strings.Contains(out, "("+string(m[1])) || stderr != "" {
+		t.Errorf("version of a stamped build: stdout %q (want revision %s), stderr %q", out, m[1], stderr)
+	}
+}
