@@ -51,3 +51,22 @@ func TestNewcomerVersionRevision(t *testing.T) {
 		t.Errorf("version of a stamped build: stdout %q (want revision %s), stderr %q", out, m[1], stderr)
 	}
 }
+
+// TestNewcomerSendJSONAsText: a JSON object sent without --json-payload is
+// sent as text with a note naming the flag; -J is its short form.
+func TestNewcomerSendJSONAsText(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, cliStack)
+	code, _, stderr := runCLI(t, "queue", "send", "-f", s.file, "orders", `{"id":1}`)
+	if code != 0 || !strings.Contains(stderr, "sent a text message") || !strings.Contains(stderr, "add --json-payload (-J)") {
+		t.Errorf("send of a JSON object as text: exit %d, stderr %q, want a note naming --json-payload", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "queue", "send", "-f", s.file, "orders", "plain words [1]")
+	if code != 0 || strings.Contains(stderr, "note:") {
+		t.Errorf("send of plain text: exit %d, stderr %q, want no note", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "queue", "send", "-f", s.file, "orders", "-J", `[1,2]`)
+	if code != 0 || !strings.Contains(stderr, "sent a json message") || strings.Contains(stderr, "note:") {
+		t.Errorf("send -J: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,6 +186,7 @@ func (c *queueCommand) openBinding(ctx context.Context, file, name string, acces
 func (c *queueCommand) send(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("send")
 	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
+	fs.BoolVar(isJSON, "J", false, "the same as --json-payload")
 	delay := fs.Duration("delay", 0, "make the message due `D` from now (0-12h)")
 	dedupKey := fs.String("dedup-key", "", "send idempotently: with `K` sent within the binding's dedupWindow, add nothing (A-Z a-z 0-9 - _ : ., 1-512 bytes)")
 	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING TEXT (or - to read the payload from stdin)")
@@ -201,6 +203,8 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 			return &usageError{msg: "--json-payload: the payload is not valid JSON", try: `localcloud queue send BINDING '{"order":42}' --json-payload`}
 		}
 		p = queue.JSON(json.RawMessage(data))
+	} else if looksLikeJSONDocument(data) {
+		fmt.Fprintln(c.app.stderr, "note: the payload is a JSON object or array but is sent as text; add --json-payload (-J) to send a JSON message")
 	}
 	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Create)
 	if err != nil {
@@ -230,6 +234,13 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.app.stderr, "sent a %s message to %s (%s%s)\n", p.Type, b.Name, quantity(len(p.Data), "byte"), due)
 	return nil
+}
+
+// looksLikeJSONDocument reports whether data is a JSON object or array: a
+// payload a user most likely meant to send with --json-payload.
+func looksLikeJSONDocument(data []byte) bool {
+	t := bytes.TrimSpace(data)
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t)
 }
 
 func (c *queueCommand) receive(ctx context.Context, args []string) error {
@@ -530,7 +541,7 @@ func (c *queueCommand) Usage() {
 	fmt.Fprint(c.app.stdout, `Send, receive and inspect the messages of a queue binding.
 
 Usage:
-  localcloud queue send    BINDING TEXT|-      [--json-payload] [--delay D] [--json]
+  localcloud queue send    BINDING TEXT|-      [-J|--json-payload] [--delay D] [--json]
   localcloud queue receive BINDING             [--max N] [--visibility D] [--wait D] [--json]
   localcloud queue ack     BINDING RECEIPT...  [--json]
   localcloud queue nack    BINDING RECEIPT...  [--delay D] [--json]
@@ -546,7 +557,9 @@ Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 the flags.
 
   send     enqueues TEXT, or stdin when TEXT is "-" (at most 65536 bytes), as
-           a text message; with --json-payload as a JSON message (checked).
+           a text message; with --json-payload (-J) as a JSON message
+           (checked). A text payload that is a JSON object or array gets a
+           note on stderr naming --json-payload (--json is the output flag).
            --delay D makes it due D from now (0-12h).
   receive  claims up to --max due messages (default 1) and prints each as a
            line "id=ID attempt=N type=T enqueued=TIME receipt=RECEIPT"
@@ -608,7 +621,8 @@ Examples:
 Flags:
   -f, --file FILE  stack file
   --json           print one JSON object instead of text (docs/CLI.md)
-  --json-payload   send: the payload is JSON
+  -J, --json-payload
+                   send: the payload is JSON
   --delay D        send, nack: due D from now, 0-12h (default 0)
   --to BINDING     redrive: target queue instead of each message's origin
   --max N          receive: at most N messages, 1-10 (default 1);
