@@ -70,3 +70,31 @@ func TestNewcomerSendJSONAsText(t *testing.T) {
 		t.Errorf("send -J: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestNewcomerSecondAck: acking a receipt twice says the second time that
+// the message was already gone, and exits 0.
+func TestNewcomerSecondAck(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, cliStack)
+	if code, _, stderr := runCLI(t, "queue", "send", "-f", s.file, "orders", "x"); code != 0 {
+		t.Fatalf("send: %d %s", code, stderr)
+	}
+	code, out, stderr := runCLI(t, "queue", "receive", "-f", s.file, "orders", "--json")
+	var recv queueMsgsOut
+	decode(t, "receive", out, &recv)
+	if code != 0 || len(recv.Messages) != 1 {
+		t.Fatalf("receive: %d %s %s", code, out, stderr)
+	}
+	r := recv.Messages[0].Receipt
+	if code, _, stderr := runCLI(t, "queue", "ack", "-f", s.file, "orders", r); code != 0 || stderr != "acked "+r {
+		t.Errorf("first ack: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "queue", "ack", "-f", s.file, "orders", r)
+	if code != 0 || !strings.Contains(stderr, "already gone "+r) || strings.Contains(stderr, "acked "+r) {
+		t.Errorf("second ack: exit %d, stderr %q, want already gone and exit 0", code, stderr)
+	}
+	code, out, _ = runCLI(t, "queue", "ack", "-f", s.file, "orders", r, "--json")
+	if code != 0 || !regexp.MustCompile(`"gone":\s*true`).MatchString(out) {
+		t.Errorf("second ack --json: exit %d, %s", code, out)
+	}
+}

@@ -83,6 +83,9 @@ type (
 		OK      bool   `json:"ok"`
 		// Error says why nothing was done for this receipt.
 		Error string `json:"error,omitempty"`
+		// Gone: ack found the message already gone (acked before, purged,
+		// moved); nothing was done and the ack still succeeds (OK, exit 0).
+		Gone bool `json:"gone,omitempty"`
 	}
 	queuePurgeJSON struct {
 		Binding        string `json:"binding"`
@@ -357,7 +360,20 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 			continue
 		}
 		if op == "ack" {
-			err = q.Ack(ctx, r)
+			var outcome []queue.AckOutcome
+			outcome, err = q.AckBatch(ctx, []string{r})
+			switch {
+			case err != nil:
+			case outcome[0] == queue.AckGone:
+				res.Gone = true
+			case outcome[0] == queue.AckStale:
+				// Nothing was deleted; Ack of a stale receipt changes
+				// nothing either and returns the library's error for it.
+				err = q.Ack(ctx, r)
+				if err == nil {
+					err = queue.ErrStaleReceipt
+				}
+			}
 		} else {
 			err = q.Nack(ctx, r, queue.WithDelay(*delay))
 		}
@@ -373,7 +389,10 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 		}
 	} else {
 		for _, r := range out.Results {
-			if r.OK {
+			switch {
+			case r.Gone:
+				fmt.Fprintf(c.app.stderr, "already gone %s: its message was acked, purged or moved before; nothing done\n", r.Receipt)
+			case r.OK:
 				fmt.Fprintf(c.app.stderr, "%sed %s\n", op, r.Receipt)
 			}
 		}
@@ -574,6 +593,9 @@ the flags.
            that is not a receipt the store issues (an upper-case UUID,
            a typo): nothing is done for it, it is reported on stderr and
            the command exits 1; the other receipts given are still settled.
+           Acking a receipt whose message is already gone (acked before,
+           purged, moved) does nothing, says "already gone RECEIPT" and
+           exits 0: the message is gone, as the ack wanted.
   extend   keeps the message of RECEIPT hidden for D from now (1ms-12h), for
            a handler that needs longer than its lease. A stale receipt, or a
            message that is gone, fails.
