@@ -4,11 +4,17 @@ package e2e
 // built binary.
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // TestNewcomerVersionRevision: the binary TestMain builds in this checkout
@@ -96,5 +102,60 @@ func TestNewcomerSecondAck(t *testing.T) {
 	code, out, _ = runCLI(t, "queue", "ack", "-f", s.file, "orders", r, "--json")
 	if code != 0 || !regexp.MustCompile(`"gone":\s*true`).MatchString(out) {
 		t.Errorf("second ack --json: exit %d, %s", code, out)
+	}
+}
+
+// openPTY opens a pseudo-terminal pair: the master to read, the slave to
+// give a process as its stdout.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	var unlock int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		m.Close()
+		t.Fatalf("unlockpt: %v", e)
+	}
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		m.Close()
+		t.Fatalf("ptsname: %v", e)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); m.Close() })
+	return m, s
+}
+
+// TestNewcomerKVGetNewlineOnTerminal: kv get ends the value with a newline
+// on a terminal, and writes the bytes exactly to a pipe.
+func TestNewcomerKVGetNewlineOnTerminal(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, cliStack)
+	if code, _, stderr := runCLI(t, "kv", "put", "-f", s.file, "carts", "k", "v1"); code != 0 {
+		t.Fatalf("put: %d %s", code, stderr)
+	}
+	if code, out, _ := runCLI(t, "kv", "get", "-f", s.file, "carts", "k"); code != 0 || out != "v1" {
+		t.Errorf("kv get to a pipe: exit %d, %q, want exactly \"v1\"", code, out)
+	}
+	master, slave := openPTY(t)
+	cmd := exec.Command(binary, "kv", "get", "-f", s.file, "carts", "k")
+	cmd.Env = environ()
+	cmd.Stdout = slave
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kv get on a terminal: %v %s", err, stderr.Bytes())
+	}
+	slave.Close()
+	got, _ := io.ReadAll(master) // EIO once the slave side is closed
+	// The terminal turns "\n" into "\r\n".
+	if string(got) != "v1\r\n" {
+		t.Errorf("kv get on a terminal printed %q, want \"v1\\r\\n\"", got)
 	}
 }

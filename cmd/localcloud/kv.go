@@ -140,6 +140,11 @@ func (c *kvCommand) get(ctx context.Context, args []string) error {
 		}
 		if !asJSON {
 			_, err = c.app.stdout.Write(v)
+			// On a terminal the prompt should not follow the value on its
+			// line; piped or redirected, the bytes stay exact.
+			if err == nil && isTTY(c.app.stdout) && !bytes.HasSuffix(v, []byte("\n")) {
+				_, err = io.WriteString(c.app.stdout, "\n")
+			}
 		}
 		return err
 	})
@@ -405,8 +410,9 @@ Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 ./stack.yaml); flags may come before or after the arguments, and "--" ends
 the flags (for a VALUE starting with "-").
 
-  get     writes the value's raw bytes to stdout, nothing added (binary
-          safe); exits 1 with an error when the key is absent or expired.
+  get     writes the value's raw bytes to stdout, nothing added when
+          piped or redirected (binary safe); on a terminal a newline ends
+          it. Exits 1 with an error when the key is absent or expired.
   put     stores VALUE, or stdin when VALUE is "-" (binary safe, at most
           24576 bytes). --ttl makes the key expire; with --if-not-exists
           it writes only if the key is absent or expired, else exits 1.
