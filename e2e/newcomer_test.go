@@ -159,3 +159,22 @@ func TestNewcomerKVGetNewlineOnTerminal(t *testing.T) {
 		t.Errorf("kv get on a terminal printed %q, want \"v1\\r\\n\"", got)
 	}
 }
+
+// TestNewcomerSubcommandHelp: "queue send -h" prints the help of send
+// alone, with send's flags; "queue -h" still prints all of queue.
+func TestNewcomerSubcommandHelp(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runCLI(t, "queue", "send", "-h")
+	if code != 0 || stderr != "" || !strings.Contains(out, "localcloud queue send ") || !strings.Contains(out, "-J, --json-payload") ||
+		!strings.Contains(out, "--dedup-key K") || strings.Contains(out, "queue receive") || strings.Contains(out, "--visibility") {
+		t.Errorf("queue send -h: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
+	}
+	code, out, _ = runCLI(t, "kv", "scan", "--help")
+	if code != 0 || !strings.Contains(out, "localcloud kv scan ") || !strings.Contains(out, "--cursor C") || strings.Contains(out, "kv put") {
+		t.Errorf("kv scan --help: exit %d, stdout:\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "queue", "-h")
+	if code != 0 || !strings.Contains(out, "queue receive") || !strings.Contains(out, "queue send") {
+		t.Errorf("queue -h: exit %d, stdout:\n%s", code, out)
+	}
+}

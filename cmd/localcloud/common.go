@@ -181,6 +181,10 @@ func (a *app) main(ctx context.Context, args []string) int {
 	}
 	err := c.Run(ctx, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
+		var h *subHelp
+		if su, ok := c.(subUsager); ok && errors.As(err, &h) && su.subUsage(h.fs) {
+			return exitOK
+		}
 		c.Usage()
 		return exitOK
 	}
@@ -283,8 +287,11 @@ func newFlagSet(name string) *flag.FlagSet {
 // a usage error in our words (flagError).
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
+	if errors.Is(err, flag.ErrHelp) {
+		return &subHelp{fs: fs}
+	}
+	if err == nil {
+		return nil
 	}
 	return &usageError{msg: flagError(fs, err), try: fmt.Sprintf("localcloud %s -h", fs.Name())}
 }
@@ -417,16 +424,34 @@ func (a *app) loadOptions() []config.Option {
 }
 
 // printDefaults prints a flag set's flags, as the Usage texts end with, in
-// one style: -f, --file FILE for the stack file, --name for the others.
+// one style: a flag and its alias (usage "the same as -X") on one line,
+// "-f, --file FILE" or "-J, --json-payload", --name for the others.
 func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	alias := map[string]string{} // flag name -> its alias's
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "file" && fs.Lookup("f") != nil {
-			return // shown with -f
+		if target, ok := strings.CutPrefix(f.Usage, "the same as -"); ok {
+			target = strings.TrimPrefix(target, "-")
+			if fs.Lookup(target) != nil {
+				alias[target] = f.Name
+			}
+		}
+	})
+	isAlias := map[string]bool{}
+	for _, a := range alias {
+		isAlias[a] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if isAlias[f.Name] {
+			return // shown with the flag it stands for
 		}
 		arg, usage := flag.UnquoteUsage(f)
 		name := flagName(f.Name)
-		if f.Name == "f" && fs.Lookup("file") != nil {
-			name = "-f, --file"
+		if a, ok := alias[f.Name]; ok {
+			if len(a) < len(f.Name) {
+				name = flagName(a) + ", " + name
+			} else {
+				name += ", " + flagName(a)
+			}
 		}
 		if arg != "" {
 			name += " " + arg

@@ -397,7 +397,16 @@ func jsonString(s string) string {
 }
 
 func (c *kvCommand) Usage() {
-	fmt.Fprint(c.app.stdout, `Read and write a KV binding's store.
+	fmt.Fprint(c.app.stdout, kvUsage)
+}
+
+func (c *kvCommand) subUsage(fs *flag.FlagSet) bool {
+	return printSubUsage(c.app.stdout, kvUsage, kvSubcommands, fs)
+}
+
+// kvUsage is the help of kv and all its subcommands; "kv SUB -h" prints
+// SUB's part of it (printSubUsage).
+const kvUsage = `Read and write a KV binding's store.
 
 Usage:
   localcloud kv get    BINDING KEY                 [--json]
@@ -446,8 +455,7 @@ Flags:
   --limit N         scan: keys per page, 1-1000 (default 1000)
   --cursor C        scan: continue after a page
   --all             scan: every page
-`)
-}
+`
 
 // expiresAtJSON is an expiry in unix milliseconds, or null for none.
 func expiresAtJSON(t time.Time) json.RawMessage {

@@ -557,7 +557,16 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 }
 
 func (c *queueCommand) Usage() {
-	fmt.Fprint(c.app.stdout, `Send, receive and inspect the messages of a queue binding.
+	fmt.Fprint(c.app.stdout, queueUsage)
+}
+
+func (c *queueCommand) subUsage(fs *flag.FlagSet) bool {
+	return printSubUsage(c.app.stdout, queueUsage, queueSubcommands, fs)
+}
+
+// queueUsage is the help of queue and all its subcommands; "queue SUB -h" prints
+// SUB's part of it (printSubUsage).
+const queueUsage = `Send, receive and inspect the messages of a queue binding.
 
 Usage:
   localcloud queue send    BINDING TEXT|-      [-J|--json-payload] [--delay D] [--json]
@@ -655,5 +664,4 @@ Flags:
   --limit N        peek: at most N messages, 1-1000 (default 20)
   --existing       tail: print the messages already there first
   --max N          tail: stop after N messages
-`)
-}
+`
