@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -176,5 +177,46 @@ func TestNewcomerSubcommandHelp(t *testing.T) {
 	code, out, _ = runCLI(t, "queue", "-h")
 	if code != 0 || !strings.Contains(out, "queue receive") || !strings.Contains(out, "queue send") {
 		t.Errorf("queue -h: exit %d, stdout:\n%s", code, out)
+	}
+}
+
+// TestNewcomerCompletionByType: bash completion offers queue bindings to
+// queue commands and kv bindings to kv commands.
+func TestNewcomerCompletionByType(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not installed")
+	}
+	s := newStack(t, "  carts:\n    type: kv\n  cache:\n    type: kv\n  orders:\n    type: queue\n  outbox:\n    type: queue\n")
+	_, script, _ := runCLI(t, "completion", "bash")
+	complete := func(words ...string) string {
+		t.Helper()
+		var quoted []string
+		for _, w := range words {
+			quoted = append(quoted, strconv.Quote(w))
+		}
+		prog := script + "\nCOMP_WORDS=(" + strings.Join(quoted, " ") + ")\nCOMP_CWORD=" +
+			strconv.Itoa(len(words)-1) + "\n_localcloud\necho \"${COMPREPLY[*]}\"\n"
+		cmd := exec.Command(bash, "-c", prog)
+		cmd.Env = environ("PATH=" + filepath.Dir(binary) + ":" + os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash completion of %q: %v\n%s", words, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"localcloud", "queue", "peek", "-f", s.file, ""}, "orders outbox"},
+		{[]string{"localcloud", "kv", "get", "-f", s.file, "c"}, "cache carts"},
+		{[]string{"localcloud", "kv", "scan", "-f", s.file, "o"}, ""},
+		{[]string{"localcloud", "check", "-f", s.file, ""}, "cache carts orders outbox"},
+	} {
+		if got := complete(c.words...); got != c.want {
+			t.Errorf("complete %q = %q, want %q", c.words, got, c.want)
+		}
 	}
 }

@@ -148,6 +148,8 @@ func (a *app) commands() map[string]command {
 		"completion": &completionCommand{app: a},
 		// Hidden: a load process of bench --processes.
 		benchWorkerName: &benchWorkerCommand{app: a},
+		// Hidden: the binding names the completion scripts offer.
+		completeBindingsName: &completeBindingsCommand{app: a},
 	}
 }
 
@@ -194,7 +196,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 func (a *app) commandNames() []string {
 	var names []string
 	for n := range a.commands() {
-		if n != benchWorkerName {
+		if n != benchWorkerName && n != completeBindingsName {
 			names = append(names, n)
 		}
 	}
