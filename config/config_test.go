@@ -713,3 +713,30 @@ func TestDefaultListenIsStablePerDataDir(t *testing.T) {
 		t.Fatalf("listen given: %+v, %v", s.Notify, err)
 	}
 }
+
+// TestFindStackFileStopsAtRepoRoot: the nearest stack file up from a
+// folder is found; the search ends at the folder holding .git.
+func TestFindStackFileStopsAtRepoRoot(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := filepath.Join(root, "repo")
+	deep := filepath.Join(repo, "a", "b")
+	for _, d := range []string{filepath.Join(repo, ".git"), deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "stack.yaml"), []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, top, ok := config.FindStackFile(deep); ok || top != repo {
+		t.Errorf("FindStackFile above the repository root = %q %q %v, want not found, top %s", p, top, ok, repo)
+	}
+	want := filepath.Join(repo, "a", "stack.yml")
+	if err := os.WriteFile(want, []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, ok := config.FindStackFile(deep); !ok || p != want {
+		t.Errorf("FindStackFile = %q %v, want %s", p, ok, want)
+	}
+}

@@ -220,3 +220,76 @@ func TestNewcomerCompletionByType(t *testing.T) {
 		}
 	}
 }
+
+// TestNewcomerStackDiscovery: commands find the stack file in a parent
+// folder; without one the hint names localcloud init.
+func TestNewcomerStackDiscovery(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, cliStack)
+	sub := filepath.Join(s.dir, "services", "api")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := lcIn(t, sub, nil, "validate")
+	if code != 0 || !strings.Contains(out, s.file) {
+		t.Errorf("validate in a subfolder: exit %d, stdout %q, stderr %q; want it to find %s", code, out, stderr, s.file)
+	}
+	if code, _, stderr := lcIn(t, sub, nil, "queue", "send", "orders", "x"); code != 0 {
+		t.Errorf("queue send in a subfolder: exit %d, %s", code, stderr)
+	}
+	// The search stops at the repository root: a stack above it is not used.
+	repo := filepath.Join(s.dir, "repo")
+	if err := os.MkdirAll(filepath.Join(repo, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	deep := filepath.Join(repo, "a")
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = lcIn(t, deep, nil, "validate")
+	if code != 1 || !strings.Contains(stderr, "no stack.yaml or stack.yml in "+deep+" or its parent folders up to "+repo) ||
+		!strings.Contains(stderr, "Try: localcloud init") {
+		t.Errorf("validate in a repository without a stack: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestNewcomerInitGitignore: init adds .localcloud/ to .gitignore with
+// --gitignore, after asking on a terminal, and only tips without either.
+func TestNewcomerInitGitignore(t *testing.T) {
+	t.Parallel()
+	read := func(dir string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, ".gitignore"))
+		return string(b)
+	}
+	// --gitignore keeps what was there.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ".gitignore"), []byte("bin/"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := lcIn(t, dir, nil, "init", "--gitignore")
+	if got := read(dir); code != 0 || !strings.HasPrefix(got, "bin/\n") || !strings.Contains(got, "\n.localcloud/\n") || !strings.Contains(stderr, "added .localcloud/") {
+		t.Errorf("init --gitignore: exit %d, .gitignore %q, stderr %q", code, got, stderr)
+	}
+	// No terminal, no flag: a tip, no change.
+	dir = t.TempDir()
+	code, _, stderr = lcIn(t, dir, nil, "init")
+	if code != 0 || read(dir) != "" || !strings.Contains(stderr, "localcloud init --gitignore") {
+		t.Errorf("init without a terminal: exit %d, .gitignore %q, stderr %q", code, read(dir), stderr)
+	}
+	// A terminal: it asks; yes adds the line.
+	dir = t.TempDir()
+	master, slave := openPTY(t)
+	if _, err := master.Write([]byte("y\n")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "init")
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, environ(), slave
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("init on a terminal: %v %s", err, errOut.Bytes())
+	}
+	if got := read(dir); !strings.Contains(errOut.String(), "[Y/n]") || !strings.Contains(got, ".localcloud/\n") {
+		t.Errorf("init on a terminal answered y: stderr %q, .gitignore %q", errOut.String(), got)
+	}
+}

@@ -110,7 +110,8 @@ Commands:
 	}
 	b.WriteString(`
 Every command reads the stack file named by -f FILE (or --file FILE), else
-$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml).
+$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml), looked for in the
+current folder and then its parents up to the repository root.
 
 Examples:
   localcloud init && localcloud up
@@ -381,12 +382,14 @@ func noArgs(fs *flag.FlagSet) error {
 
 // stackFlag adds the -f flag every command has, and its long form --file.
 func stackFlag(fs *flag.FlagSet) *string {
-	p := fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else ./stack.yaml or ./stack.yml)")
+	p := fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else stack.yaml or stack.yml here or in a parent folder)")
 	fs.StringVar(p, "file", "", "the same as -f")
 	return p
 }
 
-// stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml.
+// stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml
+// or stack.yml in the working directory or the nearest parent folder up to
+// the repository root (config.DefaultFile).
 func (a *app) stackPath(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
@@ -413,9 +416,22 @@ func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 		return nil, &hintError{err: err, try: "name a regular stack file with -f FILE or $LOCALCLOUD_STACK; it is read in one go, never from a pipe or device"}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
+		if flagValue == "" && a.getenv(config.EnvStackFile) == "" {
+			where := "the current folder"
+			if wd, werr := os.Getwd(); werr == nil {
+				where = wd
+				if _, top, _ := config.FindStackFile(wd); top != wd {
+					where += " or its parent folders up to " + top
+				}
+			}
+			return nil, &hintError{
+				err: fmt.Errorf("no stack file: no %s or %s in %s", config.DefaultStackFile, config.AltStackFile, where),
+				try: "localcloud init writes a starter stack.yaml here; or name one with -f FILE or $LOCALCLOUD_STACK",
+			}
+		}
 		return nil, &hintError{
 			err: fmt.Errorf("stack file %s not found", path),
-			try: "name the stack file with -f FILE or $LOCALCLOUD_STACK, or start from examples/stack.yaml",
+			try: "check the path given with -f FILE or $LOCALCLOUD_STACK, or write a starter stack.yaml with localcloud init",
 		}
 	}
 	return st, err
