@@ -293,3 +293,15 @@ func TestNewcomerInitGitignore(t *testing.T) {
 		t.Errorf("init on a terminal answered y: stderr %q, .gitignore %q", errOut.String(), got)
 	}
 }
+
+// TestNewcomerYAMLSyntaxLineColumn: a syntax error names the line and
+// column of the breaking token, not the parent key's line.
+func TestNewcomerYAMLSyntaxLineColumn(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, "  carts:\n    type: kv\n   orders: x\n")
+	// stackText puts 7 lines before the bindings: the bad line is 10.
+	code, _, stderr := runCLI(t, "validate", "-f", s.file)
+	if code != 1 || !strings.Contains(stderr, s.file+":10:4: invalid YAML: did not find expected key") {
+		t.Errorf("validate of a bad indentation: exit %d, stderr %q, want %s:10:4", code, stderr, s.file)
+	}
+}
