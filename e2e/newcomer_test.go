@@ -5,8 +5,10 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,5 +305,72 @@ func TestNewcomerYAMLSyntaxLineColumn(t *testing.T) {
 	code, _, stderr := runCLI(t, "validate", "-f", s.file)
 	if code != 1 || !strings.Contains(stderr, s.file+":10:4: invalid YAML: did not find expected key") {
 		t.Errorf("validate of a bad indentation: exit %d, stderr %q, want %s:10:4", code, stderr, s.file)
+	}
+}
+
+// TestNewcomerSignalDeliveredTwice: "timeout 1 localcloud up" (timeout(1)
+// sends SIGTERM to up and then to its process group, so up gets it twice
+// at once) stops up cleanly instead of taking the second-signal path.
+func TestNewcomerSignalDeliveredTwice(t *testing.T) {
+	t.Parallel()
+	timeout, err := exec.LookPath("timeout")
+	if err != nil {
+		t.Skip("timeout(1) not installed")
+	}
+	s := newStack(t, cliStack)
+	p := startCmd(t, exec.Command(timeout, "1", binary, "up", "-f", s.file))
+	code := p.waitExit(readyTimeout + stopLimit)
+	if out := p.stderr(); code != 124 || !strings.Contains(out, "msg=stopped") || strings.Contains(out, "second signal") {
+		t.Errorf("timeout 1 localcloud up: exit %d (want timeout's 124 after a clean stop), stderr:\n%s", code, out)
+	}
+}
+
+// TestNewcomerTakenDefaultPorts: one policy for taken default ports: NATS
+// and the explorer both move to a free port, each with a warning and a
+// summary line that says so.
+func TestNewcomerTakenDefaultPorts(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "stack.yaml")
+	if err := os.WriteFile(file, []byte("version: 1\nname: shop\nbindings:\n  carts:\n    type: kv\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Listen string }
+	code, out, _ := runCLI(t, "validate", "-f", file, "--json")
+	decode(t, "validate", out, &v)
+	if code != 0 || v.Listen == "" {
+		t.Fatalf("validate: %d %s", code, out)
+	}
+	hold := func(addr string) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return // taken already: as good for this test
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	}
+	hold(v.Listen)
+	hold("127.0.0.1:4280")
+	p := start(t, "up", "-f", file)
+	p.waitLine(0, readyTimeout, "msg=ready")
+	p.signal(syscall.SIGTERM)
+	if code := p.waitExit(stopLimit); code != 0 {
+		t.Fatalf("up: exit %d", code)
+	}
+	stderr, stdout := p.stderr(), p.stdout.String()
+	for _, want := range []string{"the stack's default NATS port is taken; using a free port instead", "the default explorer port is taken; using a free port instead"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("up's log lacks %q:\n%s", want, stderr)
+		}
+	}
+	for _, want := range []string{"(" + v.Listen + " was taken, so a free port was picked; set notify.listen", "(127.0.0.1:4280 was taken, so a free port was picked; set explorer.listen"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("up's summary lacks %q:\n%s", want, stdout)
+		}
 	}
 }
