@@ -5,10 +5,12 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -372,5 +374,56 @@ func TestNewcomerTakenDefaultPorts(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("up's summary lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+// TestNewcomerStatusDelayed: status counts a delayed message apart from the
+// in-flight ones, in text and JSON, as queue stats and the explorer do.
+func TestNewcomerStatusDelayed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, cliStack)
+	for _, args := range [][]string{{"x"}, {"y"}, {"later", "--delay", "1h"}} {
+		if code, _, stderr := runCLI(t, append([]string{"queue", "send", "-f", s.file, "orders"}, args...)...); code != 0 {
+			t.Fatalf("send: %s", stderr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "queue", "receive", "-f", s.file, "orders"); code != 0 {
+		t.Fatalf("receive: %s", stderr)
+	}
+	type counts struct{ Due, InFlight, Delayed int64 }
+	want := counts{Due: 1, InFlight: 1, Delayed: 1}
+	p, _ := s.up(t)
+	defer p.signal(syscall.SIGTERM)
+	var st struct {
+		Bindings []struct {
+			Name  string
+			Queue *counts
+		}
+	}
+	_, out, _ := runCLI(t, "status", "-f", s.file, "--json")
+	decode(t, "status", out, &st)
+	for _, b := range st.Bindings {
+		if b.Name == "orders" && (b.Queue == nil || *b.Queue != want) {
+			t.Errorf("status --json orders = %+v, want %+v", b.Queue, want)
+		}
+	}
+	if _, out, _ := runCLI(t, "status", "-f", s.file); !strings.Contains(out, "1 due, 1 in flight, 1 delayed") {
+		t.Errorf("status text lacks 1 due, 1 in flight, 1 delayed:\n%s", out)
+	}
+	var qs counts
+	_, out, _ = runCLI(t, "queue", "stats", "-f", s.file, "orders", "--json")
+	decode(t, "queue stats", out, &qs)
+	if qs != want {
+		t.Errorf("queue stats = %+v, want %+v", qs, want)
+	}
+	rt := s.runtime(t)
+	resp, err := http.Get(rt.ExplorerURL + "api/bindings/orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb struct{ Queue counts }
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Queue != want {
+		t.Errorf("explorer /api/bindings/orders = %+v (%v), want %+v", eb.Queue, err, want)
 	}
 }

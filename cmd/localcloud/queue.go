@@ -431,7 +431,7 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	}
 	if !*yes {
 		fmt.Fprintf(c.app.stderr, "Delete all %s of queue %s (%d due, %d in flight, %d delayed)? Type yes to confirm: ",
-			quantity(before.Total, "message"), b.Name, before.Due, before.InFlight-before.Delayed, before.Delayed)
+			quantity(before.Total, "message"), b.Name, before.Due, before.Leased(), before.Delayed)
 		answer := ""
 		if c.app.stdin != nil {
 			line, _ := bufio.NewReader(c.app.stdin).ReadString('\n')

@@ -193,7 +193,7 @@ func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervis
 }
 
 func queueStats(st queue.Stats, now time.Time) *queueStatsJSON {
-	q := &queueStatsJSON{Due: st.Due, Delayed: st.Delayed, InFlight: st.InFlight - st.Delayed, Total: st.Total, DeadLetters: st.DeadLetters, Moving: st.Moving}
+	q := &queueStatsJSON{Due: st.Due, Delayed: st.Delayed, InFlight: st.Leased(), Total: st.Total, DeadLetters: st.DeadLetters, Moving: st.Moving}
 	if !st.Oldest.IsZero() {
 		q.Oldest = st.Oldest.UnixMilli()
 		q.OldestAgeMillis = max(0, now.Sub(st.Oldest).Milliseconds())
