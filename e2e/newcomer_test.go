@@ -427,3 +427,43 @@ func TestNewcomerStatusDelayed(t *testing.T) {
 		t.Errorf("explorer /api/bindings/orders = %+v (%v), want %+v", eb.Queue, err, want)
 	}
 }
+
+// TestNewcomerDataCommandsUseServedStack: while up runs, a broken edit of
+// the stack file does not block the data commands: they use the stack up
+// serves, after one warning naming file:line. Without up they fail.
+func TestNewcomerDataCommandsUseServedStack(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, "  carts:\n    type: kv\n  orders:\n    type: queue\n    dedupWindow: 10m\n")
+	p, _ := s.up(t)
+	for _, args := range [][]string{{"kv", "put", "carts", "k", "v"}, {"queue", "send", "orders", "x"}} {
+		if code, _, stderr := runCLI(t, append(args, "-f", s.file)...); code != 0 {
+			t.Fatalf("%q: %s", args, stderr)
+		}
+	}
+	mark := p.mark()
+	s.replace(t, "  carts:\n    type: kv\n  orders:\n    type: queue\n    dedupWindow: 10m\n   oops: 1\n")
+	p.waitLine(mark, eventTimeout, "keeping the last good stack")
+	warning := "warning: " + s.file + ":13:4: invalid YAML"
+	for _, c := range []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"kv", "get", "carts", "k"}, "v"},
+		{[]string{"queue", "stats", "orders", "--json"}, `"total": 1`},
+		{[]string{"queue", "peek", "orders"}, "x"},
+	} {
+		code, out, stderr := runCLI(t, append(c.args, "-f", s.file)...)
+		if code != 0 || !strings.Contains(out, c.out) || !strings.HasPrefix(stderr, warning) || strings.Count(stderr, "warning:") != 1 ||
+			!strings.Contains(stderr, "using the last good stack, which localcloud up (pid ") {
+			t.Errorf("%q with a broken stack file while up runs: exit %d, stdout %q, stderr %q", c.args, code, out, stderr)
+		}
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.waitExit(stopLimit); code != 0 {
+		t.Fatalf("up: exit %d", code)
+	}
+	code, _, stderr := runCLI(t, "queue", "stats", "orders", "-f", s.file)
+	if code != 1 || !strings.Contains(stderr, "Error: invalid stack file") || strings.Contains(stderr, "warning:") {
+		t.Errorf("queue stats with a broken stack file and no up: exit %d, stderr %q", code, stderr)
+	}
+}

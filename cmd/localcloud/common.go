@@ -41,6 +41,9 @@ type app struct {
 	stopNotify func(c chan<- os.Signal)
 	// exit ends the process at once (a second signal during shutdown).
 	exit func(code int)
+	// warnedServed: the warning that a data command uses the stack up
+	// serves, not the broken file, was printed (loadServedStack).
+	warnedServed bool
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
