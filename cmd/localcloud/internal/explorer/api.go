@@ -477,6 +477,7 @@ func (s *Server) apiSend(w http.ResponseWriter, r *http.Request) {
 	if delay > 0 {
 		opts = append(opts, queue.WithDelay(delay))
 	}
+	defer s.feed.begin(b.Name)()
 	if err := q.Send(ctx, p, opts...); err != nil {
 		writeErr(w, err)
 		return
@@ -512,6 +513,7 @@ func (s *Server) apiPurge(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	st, _ := q.Stats(ctx)
+	defer s.feed.begin(b.Name)()
 	if err := q.Purge(ctx); err != nil {
 		writeErr(w, err)
 		return
@@ -563,6 +565,7 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	defer s.feed.begin(b.Name)()
 	res, err := q.Redrive(ctx, opts...)
 	if err != nil {
 		writeErr(w, err)
