@@ -15,11 +15,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestNewcomerVersionRevision: the binary TestMain builds in this checkout
@@ -465,5 +469,71 @@ func TestNewcomerDataCommandsUseServedStack(t *testing.T) {
 	code, _, stderr := runCLI(t, "queue", "stats", "orders", "-f", s.file)
 	if code != 1 || !strings.Contains(stderr, "Error: invalid stack file") || strings.Contains(stderr, "warning:") {
 		t.Errorf("queue stats with a broken stack file and no up: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestNewcomerExplorerActivityAndKV: in a real browser, the activity page
+// opened after the user's commands shows them (recorded by up before any
+// tab listened), one row each; the KV page shows a value preview and TTL.
+func TestNewcomerExplorerActivityAndKV(t *testing.T) {
+	ctx := newBrowser(t)
+	s := newStack(t, "  carts:\n    type: kv\n  orders:\n    type: queue\n")
+	s.up(t)
+	base := strings.TrimSuffix(s.runtime(t).ExplorerURL, "/")
+	lc := func(args ...string) string {
+		t.Helper()
+		code, out, stderr := runCLI(t, append(args, "-f", s.file)...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d %s", args, code, stderr)
+		}
+		return out
+	}
+	lc("queue", "send", "orders", `{"order":1}`, "-J")
+	lc("kv", "put", "carts", "cart:1", `{"items":3,"note":"hello"}`, "--ttl", "1h")
+	var recv queueMsgsOut
+	decode(t, "receive", lc("queue", "receive", "orders", "--json"), &recv)
+	if len(recv.Messages) != 1 {
+		t.Fatalf("received %d messages", len(recv.Messages))
+	}
+	lc("queue", "ack", "orders", recv.Messages[0].Receipt)
+
+	// Rows recorded before the tab opened have an earlier time than the
+	// page's load. up reads the counts every second without a tab: open
+	// the page until they are there (a feed that records only while a tab
+	// listens never shows them that way).
+	rowsBefore := `[...document.querySelectorAll('#activity tbody tr.ev')].filter(r => +r.dataset.at < performance.timeOrigin)`
+	var kinds []string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		run(t, ctx, "open activity", chromedp.Navigate(base+"/activity"), chromedp.WaitVisible(css(`#activity`)))
+		time.Sleep(300 * time.Millisecond) // the stream's first burst; not asserted on
+		kinds = eval[[]string](t, ctx, rowsBefore+`.map(r => r.className.replace("ev ", "") + ":" + (r.dataset.binding || ""))`)
+		if slices.Contains(kinds, "removed:orders") && slices.Contains(kinds, "keys:carts") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the activity page opened after the commands shows %q, want the send, the ack and the key", kinds)
+		}
+	}
+	count := func(kind string) int {
+		n := 0
+		for _, k := range kinds {
+			if k == kind {
+				n++
+			}
+		}
+		return n
+	}
+	if count("sent:orders") != 1 || count("removed:orders") != 1 || count("keys:carts") != 1 || count("hint:orders") != 0 {
+		t.Errorf("activity rows %q: want one sent, one removed, one keys row and no hint rows", kinds)
+	}
+	if hints := eval[int](t, ctx, `document.querySelectorAll('#activity tbody tr.ev.hint').length`); hints != 0 {
+		t.Errorf("%d hint rows shown with the hints box unticked", hints)
+	}
+
+	run(t, ctx, "open the KV page", chromedp.Navigate(base+"/kv/carts"), chromedp.WaitVisible(css(`tr.key td.preview`)))
+	preview := eval[string](t, ctx, `document.querySelector('tr.key td.preview').textContent`)
+	ttl := eval[string](t, ctx, `document.querySelector('tr.key td.ttl').textContent`)
+	if preview != `{"items":3,"note":"hello"}` || !regexp.MustCompile(`^(59m|1h)`).MatchString(ttl) {
+		t.Errorf("KV page row: preview %q, TTL %q; want the value and about 1h", preview, ttl)
 	}
 }
