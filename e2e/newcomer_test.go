@@ -537,3 +537,87 @@ func TestNewcomerExplorerActivityAndKV(t *testing.T) {
 		t.Errorf("KV page row: preview %q, TTL %q; want the value and about 1h", preview, ttl)
 	}
 }
+
+// TestNewcomerInstallScript: scripts/install.sh, the README's first
+// command, says what it does before go starts and where the binary went.
+func TestNewcomerInstallScript(t *testing.T) {
+	t.Parallel()
+	gobin := t.TempDir()
+	cmd := exec.Command("bash", "../scripts/install.sh")
+	cmd.Env = environ("GOBIN=" + gobin)
+	p := startCmd(t, cmd)
+	if code := p.waitExit(5 * time.Minute); code != 0 {
+		t.Fatalf("install.sh: exit %d\n%s", code, p.stdout.String())
+	}
+	lines := strings.Split(strings.TrimSpace(p.stdout.String()), "\n")
+	if !strings.Contains(lines[0], "go install -v ./cmd/localcloud (the first build takes 3-8 minutes") {
+		t.Errorf("install.sh's first line %q does not say what runs and why it is slow", lines[0])
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "localcloud: installed "+gobin+"/localcloud in ") }) {
+		t.Errorf("install.sh does not say where the binary went:\n%s", p.stdout.String())
+	}
+	if out, err := exec.Command(filepath.Join(gobin, "localcloud"), "validate", "-f", "../examples/stack.yaml").CombinedOutput(); err != nil {
+		t.Errorf("the installed binary: %v\n%s", err, out)
+	}
+}
+
+// TestNewcomerReadmeQuickStart: the quick start runs the installed binary,
+// never go run, and the "Use it from your module" recipe builds a module
+// that imports the bindings through a replace line.
+func TestNewcomerReadmeQuickStart(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "## Quick start")
+	end := strings.Index(readme, "Run the tests (")
+	if start < 0 || end < start {
+		t.Fatal("no quick start in the README")
+	}
+	quick := readme[start:end]
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(quick, -1) {
+		if strings.Contains(block[1], "go run") {
+			t.Errorf("a quick-start command block uses go run:\n%s", block[1])
+		}
+	}
+	for _, want := range []string{"scripts/install.sh", "### Use it from your module",
+		"replace github.com/localcloud/localcloud => ../localcloud", "go mod edit -require=github.com/localcloud/localcloud@v0.0.0"} {
+		if !strings.Contains(quick, want) {
+			t.Errorf("the quick start lacks %q", want)
+		}
+	}
+	// The recipe, offline, against this checkout.
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod": "module example.com/app\n\ngo 1.26\n",
+		"main.go": "package main\n\nimport (\n\t\"context\"\n\t\"fmt\"\n\n\t\"github.com/localcloud/localcloud/bindings/kv\"\n)\n\n" +
+			"func main() {\n\ts, err := kv.Open(context.Background(), \"data\")\n\tif err != nil {\n\t\tpanic(err)\n\t}\n\tdefer s.Close()\n\tfmt.Println(\"ok\")\n}\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"go", "mod", "edit", "-require=github.com/localcloud/localcloud@v0.0.0", "-replace=github.com/localcloud/localcloud=" + repo},
+		{"go", "mod", "tidy"},
+		{"go", "run", "."},
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = dir
+		cmd.Env = environ("GOPROXY=off", "GOSUMDB=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, out)
+		}
+		if args[1] == "run" && strings.TrimSpace(string(out)) != "ok" {
+			t.Errorf("the module's program printed %q", out)
+		}
+	}
+}
