@@ -88,11 +88,11 @@ type RuntimeBinding struct {
 	// retryDelay, maxRetryDelay and dedupWindow in milliseconds: with the
 	// fields above, every setting a queue is opened with, so commands can
 	// work on the stack up serves while the file holds a broken edit.
-	RetryDelayMs    int64 `json:"retryDelayMs,omitempty"`
-	MaxRetryDelayMs int64 `json:"maxRetryDelayMs,omitempty"`
-	DedupWindowMs   int64 `json:"dedupWindowMs,omitempty"`
-	Durability          string `json:"durability"`
-	Health              string `json:"health"`
+	RetryDelayMs    int64  `json:"retryDelayMs,omitempty"`
+	MaxRetryDelayMs int64  `json:"maxRetryDelayMs,omitempty"`
+	DedupWindowMs   int64  `json:"dedupWindowMs,omitempty"`
+	Durability      string `json:"durability"`
+	Health          string `json:"health"`
 }
 
 // Binding returns the binding called name.

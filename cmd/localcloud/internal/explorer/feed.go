@@ -202,12 +202,6 @@ func (f *feed) emit(e Event) {
 	}
 }
 
-func (f *feed) listening() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.clients) > 0
-}
-
 func (f *feed) loop() {
 	defer f.wg.Done()
 	t := time.NewTicker(f.s.opts.PollInterval)
