@@ -480,6 +480,10 @@ func TestNewcomerExplorerActivityAndKV(t *testing.T) {
 	s := newStack(t, "  carts:\n    type: kv\n  orders:\n    type: queue\n")
 	s.up(t)
 	base := strings.TrimSuffix(s.runtime(t).ExplorerURL, "/")
+	// up's feed reads the counts once right after it starts serving: what
+	// it finds then is the baseline, not activity. Give that read time on
+	// a loaded machine (a wait, not an assertion).
+	time.Sleep(time.Second)
 	lc := func(args ...string) string {
 		t.Helper()
 		code, out, stderr := runCLI(t, append(args, "-f", s.file)...)

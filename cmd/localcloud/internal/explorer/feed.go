@@ -108,6 +108,9 @@ func (f *feed) start() {
 				f.sub = sub
 			}
 		}
+		// The first read at once: the counts it finds are the baseline the
+		// activity is measured from.
+		f.poke <- struct{}{}
 		f.wg.Add(1)
 		go f.loop()
 	})
