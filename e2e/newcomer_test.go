@@ -80,6 +80,10 @@ func TestNewcomerSendJSONAsText(t *testing.T) {
 	if code != 0 || strings.Contains(stderr, "note:") {
 		t.Errorf("send of plain text: exit %d, stderr %q, want no note", code, stderr)
 	}
+	code, _, stderr = runCLI(t, "queue", "send", "-f", s.file, "orders", `{"id":1}`, "--payload-json")
+	if code != 2 || !strings.Contains(stderr, "Error: unknown flag --payload-json; did you mean --json-payload?") {
+		t.Errorf("send --payload-json: exit %d, stderr %q, want the flag it means named", code, stderr)
+	}
 	code, _, stderr = runCLI(t, "queue", "send", "-f", s.file, "orders", "-J", `[1,2]`)
 	if code != 0 || !strings.Contains(stderr, "sent a json message") || strings.Contains(stderr, "note:") {
 		t.Errorf("send -J: exit %d, stderr %q", code, stderr)

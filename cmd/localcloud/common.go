@@ -314,6 +314,9 @@ var (
 func flagError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if m := flagUnknownRE.FindStringSubmatch(msg); m != nil {
+		if guess := sameWordsFlag(fs, m[1]); guess != "" {
+			return fmt.Sprintf("unknown flag %s; did you mean %s?", flagName(m[1]), flagName(guess))
+		}
 		return fmt.Sprintf("unknown flag %s", flagName(m[1]))
 	}
 	if m := flagMissingRE.FindStringSubmatch(msg); m != nil {
@@ -340,6 +343,23 @@ func flagError(fs *flag.FlagSet, err error) string {
 		return fmt.Sprintf("%s: %q %s%s", flagName(m[2]), val, what, flagExample(fs, m[2], ", e.g. "))
 	}
 	return msg
+}
+
+// sameWordsFlag is the flag of fs made of the same hyphen-separated words
+// as name in another order (--payload-json for --json-payload), or "".
+func sameWordsFlag(fs *flag.FlagSet, name string) string {
+	words := func(n string) string {
+		w := strings.Split(n, "-")
+		sort.Strings(w)
+		return strings.Join(w, "-")
+	}
+	want, found := words(name), ""
+	fs.VisitAll(func(f *flag.Flag) {
+		if found == "" && f.Name != name && strings.Contains(f.Name, "-") && words(f.Name) == want {
+			found = f.Name
+		}
+	})
+	return found
 }
 
 // flagName writes a flag as help shows it: -f, --json.
