@@ -2,11 +2,9 @@ package config
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -387,9 +385,10 @@ func EnvName(binding string) string {
 }
 
 // DefaultFile returns the stack file to read when no flag names one: the value
-// of $LOCALCLOUD_STACK if set and not empty, else [DefaultStackFile], or
-// [AltStackFile] when only that one exists. getenv is usually [os.Getenv];
-// nil means os.Getenv.
+// of $LOCALCLOUD_STACK if set and not empty, else the one [FindStackFile]
+// finds from the working directory ([DefaultStackFile] or [AltStackFile],
+// relative when in the working directory itself), else [DefaultStackFile].
+// getenv is usually [os.Getenv]; nil means os.Getenv.
 func DefaultFile(getenv func(string) string) string {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -397,12 +396,40 @@ func DefaultFile(getenv func(string) string) string {
 	if f := getenv(EnvStackFile); f != "" {
 		return f
 	}
-	if _, err := os.Stat(DefaultStackFile); errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(AltStackFile); err == nil {
-			return AltStackFile
+	if wd, err := os.Getwd(); err == nil {
+		if path, _, ok := FindStackFile(wd); ok {
+			if filepath.Dir(path) == wd {
+				return filepath.Base(path)
+			}
+			return path
 		}
 	}
 	return DefaultStackFile
+}
+
+// FindStackFile looks for [DefaultStackFile], then [AltStackFile], in dir
+// and then in each parent folder, as git looks for .git: it stops after
+// the repository root (a folder holding .git) or the filesystem root.
+// It returns the path found (dir joined with the name) and ok, or top, the
+// last folder it looked in, and false.
+func FindStackFile(dir string) (path, top string, ok bool) {
+	dir = filepath.Clean(dir)
+	for {
+		for _, name := range []string{DefaultStackFile, AltStackFile} {
+			p := filepath.Join(dir, name)
+			if _, err := os.Stat(p); err == nil {
+				return p, dir, true
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dir, ".git")); err == nil {
+			return "", dir, false
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", dir, false
+		}
+		dir = parent
+	}
 }
 
 // An Option changes how [Load] and [Parse] read a stack file.

@@ -372,8 +372,13 @@ func TestParseStructure(t *testing.T) {
 		{name: "top level scalar", src: "shop\n", want: []string{`1:1: : a stack file must be a mapping with version, name and bindings; got "shop"`}},
 		{name: "empty file", src: "# nothing here\n", want: []string{"0:0: : file is empty"}},
 		{name: "two documents", src: "version: 1\nname: shop\n---\nversion: 1\n", want: []string{"4:1: : a stack file holds one YAML document"}},
-		{name: "syntax error", src: "version: 1\nname: shop\nbindings:\n  carts: [\n", want: []string{"4:0: : invalid YAML: did not find expected node content"}},
-		{name: "tab indentation", src: "version: 1\n\tname: shop\n", want: []string{"2:0: : invalid YAML: found a tab character"}},
+		{name: "syntax error", src: "version: 1\nname: shop\nbindings:\n  carts: [\n", want: []string{"4:10: : invalid YAML: did not find expected node content"}},
+		{name: "tab indentation", src: "version: 1\n\tname: shop\n", want: []string{"2:1: : invalid YAML: found a tab character"}},
+		// yaml.v3 names the enclosing block's line (3); the token is on 6.
+		{name: "syntax error under a parent", src: "version: 1\nname: shop\nbindings:\n  carts:\n    type: kv\n   orders: x\n",
+			want: []string{"6:4: : invalid YAML: did not find expected key"}},
+		{name: "second colon", src: "version: 1\nname: shop\nbindings:\n  carts:\n    type: kv: x\n",
+			want: []string{"5:13: : invalid YAML: mapping values are not allowed in this context"}},
 		{name: "non-string key", src: "version: 1\nname: shop\n[a]: 1\n", want: []string{"3:1: : keys must be strings, got a list"}},
 		{name: "merge key", src: hdr + "  carts:\n    <<: {type: kv}\n", want: []string{
 			"4:3: bindings.carts.type: missing",
@@ -711,5 +716,32 @@ func TestDefaultListenIsStablePerDataDir(t *testing.T) {
 	s, err := parseIn(t, t.TempDir(), "version: 1\nname: shop\nnotify:\n  listen: 127.0.0.1:0\nbindings: {}\n")
 	if err != nil || s.Notify.Listen != "127.0.0.1:0" || !s.Notify.ListenGiven {
 		t.Fatalf("listen given: %+v, %v", s.Notify, err)
+	}
+}
+
+// TestFindStackFileStopsAtRepoRoot: the nearest stack file up from a
+// folder is found; the search ends at the folder holding .git.
+func TestFindStackFileStopsAtRepoRoot(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	repo := filepath.Join(root, "repo")
+	deep := filepath.Join(repo, "a", "b")
+	for _, d := range []string{filepath.Join(repo, ".git"), deep} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "stack.yaml"), []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, top, ok := config.FindStackFile(deep); ok || top != repo {
+		t.Errorf("FindStackFile above the repository root = %q %q %v, want not found, top %s", p, top, ok, repo)
+	}
+	want := filepath.Join(repo, "a", "stack.yml")
+	if err := os.WriteFile(want, []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, ok := config.FindStackFile(deep); !ok || p != want {
+		t.Errorf("FindStackFile = %q %v, want %s", p, ok, want)
 	}
 }

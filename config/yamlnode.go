@@ -97,7 +97,7 @@ func (p *parser) decode(data []byte) *yaml.Node {
 			p.addf(&yaml.Node{Line: line}, "", "invalid YAML: %s", msg)
 			return nil
 		}
-		p.syntax(err)
+		p.syntax(err, data)
 		return nil
 	}
 	var next yaml.Node
@@ -108,7 +108,7 @@ func (p *parser) decode(data []byte) *yaml.Node {
 		}
 		p.addf(n, "", "a stack file holds one YAML document; found another one (remove the second ---)")
 	} else if !errors.Is(err, io.EOF) {
-		p.syntax(err)
+		p.syntax(err, nil)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		p.addf(&doc, "", "file is empty; a stack file starts with version: %d and name:", Version)
@@ -124,9 +124,11 @@ func encodingError(err error) bool {
 	return strings.Contains(msg, "control characters") || strings.Contains(msg, "UTF-8") || strings.Contains(msg, "invalid Unicode character")
 }
 
-// syntax records a YAML syntax error. yaml.v3 gives a line for most of them
-// but never a column.
-func (p *parser) syntax(err error) {
+// syntax records a YAML syntax error of data (nil: no search for the
+// token). yaml.v3 gives a line, often that of the enclosing block (the
+// parent key) rather than the token that broke, and never a column;
+// breakingToken finds both.
+func (p *parser) syntax(err error, data []byte) {
 	msg := strings.Join(strings.Fields(err.Error()), " ")
 	pr := Problem{File: p.file}
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
@@ -135,8 +137,69 @@ func (p *parser) syntax(err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
+	if line, col := breakingToken(data, pr.Line, msg); line > 0 {
+		pr.Line, pr.Col = line, col
+	}
 	pr.Msg = "invalid YAML: " + msg
 	p.probs = append(p.probs, pr)
+}
+
+// Bounds of breakingToken's search: stack files are small, and a syntax
+// error costs at most this many more decodes.
+const (
+	maxTokenSearchLines = 200
+	maxTokenSearchCols  = 200
+	maxTokenSearchBytes = 64 << 10
+)
+
+// breakingToken finds the token where data's YAML breaks: the shortest
+// prefix, from line from on (yaml.v3's line, which never comes after the
+// token), whose decoding fails with the same message msg as the whole
+// file's (a prefix cut inside a key or a flow collection fails otherwise).
+// It returns the 1-based line and column (in characters) of that prefix's
+// last character, or 0, 0 when no prefix shows it (an unclosed quote or
+// bracket breaks only at the end, or data is over maxTokenSearchBytes).
+func breakingToken(data []byte, from int, msg string) (line, col int) {
+	if from < 1 || len(data) == 0 || len(data) > maxTokenSearchBytes {
+		return 0, 0
+	}
+	fails := func(prefix []byte) bool {
+		var n yaml.Node
+		err := yaml.NewDecoder(bytes.NewReader(prefix)).Decode(&n)
+		if err == nil || errors.Is(err, io.EOF) {
+			return false
+		}
+		m := yamlLineRE.ReplaceAllString(strings.Join(strings.Fields(err.Error()), " "), "")
+		return strings.TrimPrefix(m, "yaml: ") == msg
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if from > len(lines) {
+		return 0, 0
+	}
+	end := 0 // the byte offset where line from starts
+	for _, l := range lines[:from-1] {
+		end += len(l)
+	}
+	for i := from - 1; i < len(lines) && i < from-1+maxTokenSearchLines; i++ {
+		start := end
+		end += len(lines[i])
+		if !fails(data[:end]) {
+			continue
+		}
+		// The line breaks it: find the first character that does.
+		text := lines[i]
+		c := 0
+		for off := 0; off < len(text) && c < maxTokenSearchCols; {
+			_, size := utf8.DecodeRune(text[off:])
+			off += size
+			c++
+			if fails(data[:start+off]) {
+				return i + 1, c
+			}
+		}
+		return i + 1, 0
+	}
+	return 0, 0
 }
 
 // deref follows aliases. It returns nil for a broken alias.

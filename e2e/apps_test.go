@@ -229,7 +229,7 @@ func TestAppsUseTheStoresThroughFromEnv(t *testing.T) {
 		t.Errorf("orders counts %+v", o.Queue)
 	}
 	code, stdout, _ := runCLI(t, "status", "-f", s.file)
-	for _, want := range []string{"up: running, pid ", "1 live key, 1 expired", "1 due, 0 in flight, oldest"} {
+	for _, want := range []string{"up: running, pid ", "1 live key, 1 expired", "1 due, 0 in flight, 0 delayed, oldest"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, stdout)
 		}

@@ -79,7 +79,7 @@ func Start(t testing.TB, stackFile string, opts ...Option) *Stack {
 	dataDir := t.TempDir()
 	st, err := config.Load(stackFile, config.WithDataDir(dataDir))
 	if err != nil {
-		t.Fatalf("localcloudtest: load stack file %s: %v", stackFile, err)
+		t.Fatalf("localcloudtest: %v", err) // it names the file
 	}
 	for _, b := range st.Bindings {
 		if b.AbsolutePathGiven {

@@ -2,10 +2,12 @@ package localcloudtest_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +112,34 @@ func TestStartServesAndCleanupLeavesNothing(t *testing.T) {
 	}
 	if v, set := os.LookupEnv("LOCALCLOUD_STACK_NAME"); set {
 		t.Errorf("LOCALCLOUD_STACK_NAME=%q after Cleanup; want it unset again", v)
+	}
+}
+
+// fatalTB records the message of Fatalf and ends the goroutine, as
+// testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestMissingStackFileSaysItOnce: the error names the file and says "load
+// stack file" once.
+func TestMissingStackFileSaysItOnce(t *testing.T) {
+	t.Parallel()
+	ft := &fatalTB{TB: t}
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		localcloudtest.Start(ft, missing)
+	}()
+	<-done
+	if strings.Count(ft.msg, "load stack file") != 1 || !strings.Contains(ft.msg, missing) {
+		t.Errorf("Start with a missing file failed with %q; want the file named and \"load stack file\" once", ft.msg)
 	}
 }

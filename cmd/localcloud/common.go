@@ -41,6 +41,9 @@ type app struct {
 	stopNotify func(c chan<- os.Signal)
 	// exit ends the process at once (a second signal during shutdown).
 	exit func(code int)
+	// warnedServed: the warning that a data command uses the stack up
+	// serves, not the broken file, was printed (loadServedStack).
+	warnedServed bool
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer) *app {
@@ -110,7 +113,8 @@ Commands:
 	}
 	b.WriteString(`
 Every command reads the stack file named by -f FILE (or --file FILE), else
-$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml).
+$LOCALCLOUD_STACK, else ./stack.yaml (or ./stack.yml), looked for in the
+current folder and then its parents up to the repository root.
 
 Examples:
   localcloud init && localcloud up
@@ -148,6 +152,8 @@ func (a *app) commands() map[string]command {
 		"completion": &completionCommand{app: a},
 		// Hidden: a load process of bench --processes.
 		benchWorkerName: &benchWorkerCommand{app: a},
+		// Hidden: the binding names the completion scripts offer.
+		completeBindingsName: &completeBindingsCommand{app: a},
 	}
 }
 
@@ -181,6 +187,10 @@ func (a *app) main(ctx context.Context, args []string) int {
 	}
 	err := c.Run(ctx, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
+		var h *subHelp
+		if su, ok := c.(subUsager); ok && errors.As(err, &h) && su.subUsage(h.fs) {
+			return exitOK
+		}
 		c.Usage()
 		return exitOK
 	}
@@ -190,7 +200,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 func (a *app) commandNames() []string {
 	var names []string
 	for n := range a.commands() {
-		if n != benchWorkerName {
+		if n != benchWorkerName && n != completeBindingsName {
 			names = append(names, n)
 		}
 	}
@@ -283,8 +293,11 @@ func newFlagSet(name string) *flag.FlagSet {
 // a usage error in our words (flagError).
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
+	if errors.Is(err, flag.ErrHelp) {
+		return &subHelp{fs: fs}
+	}
+	if err == nil {
+		return nil
 	}
 	return &usageError{msg: flagError(fs, err), try: fmt.Sprintf("localcloud %s -h", fs.Name())}
 }
@@ -301,6 +314,9 @@ var (
 func flagError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if m := flagUnknownRE.FindStringSubmatch(msg); m != nil {
+		if guess := sameWordsFlag(fs, m[1]); guess != "" {
+			return fmt.Sprintf("unknown flag %s; did you mean %s?", flagName(m[1]), flagName(guess))
+		}
 		return fmt.Sprintf("unknown flag %s", flagName(m[1]))
 	}
 	if m := flagMissingRE.FindStringSubmatch(msg); m != nil {
@@ -327,6 +343,23 @@ func flagError(fs *flag.FlagSet, err error) string {
 		return fmt.Sprintf("%s: %q %s%s", flagName(m[2]), val, what, flagExample(fs, m[2], ", e.g. "))
 	}
 	return msg
+}
+
+// sameWordsFlag is the flag of fs made of the same hyphen-separated words
+// as name in another order (--payload-json for --json-payload), or "".
+func sameWordsFlag(fs *flag.FlagSet, name string) string {
+	words := func(n string) string {
+		w := strings.Split(n, "-")
+		sort.Strings(w)
+		return strings.Join(w, "-")
+	}
+	want, found := words(name), ""
+	fs.VisitAll(func(f *flag.Flag) {
+		if found == "" && f.Name != name && strings.Contains(f.Name, "-") && words(f.Name) == want {
+			found = f.Name
+		}
+	})
+	return found
 }
 
 // flagName writes a flag as help shows it: -f, --json.
@@ -372,12 +405,14 @@ func noArgs(fs *flag.FlagSet) error {
 
 // stackFlag adds the -f flag every command has, and its long form --file.
 func stackFlag(fs *flag.FlagSet) *string {
-	p := fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else ./stack.yaml or ./stack.yml)")
+	p := fs.String("f", "", "stack `FILE` (default $LOCALCLOUD_STACK, else stack.yaml or stack.yml here or in a parent folder)")
 	fs.StringVar(p, "file", "", "the same as -f")
 	return p
 }
 
-// stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml.
+// stackPath resolves -f: the flag, else $LOCALCLOUD_STACK, else stack.yaml
+// or stack.yml in the working directory or the nearest parent folder up to
+// the repository root (config.DefaultFile).
 func (a *app) stackPath(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
@@ -404,9 +439,22 @@ func (a *app) loadStack(flagValue string) (*config.Stack, error) {
 		return nil, &hintError{err: err, try: "name a regular stack file with -f FILE or $LOCALCLOUD_STACK; it is read in one go, never from a pipe or device"}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
+		if flagValue == "" && a.getenv(config.EnvStackFile) == "" {
+			where := "the current folder"
+			if wd, werr := os.Getwd(); werr == nil {
+				where = wd
+				if _, top, _ := config.FindStackFile(wd); top != wd {
+					where += " or its parent folders up to " + top
+				}
+			}
+			return nil, &hintError{
+				err: fmt.Errorf("no stack file: no %s or %s in %s", config.DefaultStackFile, config.AltStackFile, where),
+				try: "localcloud init writes a starter stack.yaml here; or name one with -f FILE or $LOCALCLOUD_STACK",
+			}
+		}
 		return nil, &hintError{
 			err: fmt.Errorf("stack file %s not found", path),
-			try: "name the stack file with -f FILE or $LOCALCLOUD_STACK, or start from examples/stack.yaml",
+			try: "check the path given with -f FILE or $LOCALCLOUD_STACK, or write a starter stack.yaml with localcloud init",
 		}
 	}
 	return st, err
@@ -417,16 +465,34 @@ func (a *app) loadOptions() []config.Option {
 }
 
 // printDefaults prints a flag set's flags, as the Usage texts end with, in
-// one style: -f, --file FILE for the stack file, --name for the others.
+// one style: a flag and its alias (usage "the same as -X") on one line,
+// "-f, --file FILE" or "-J, --json-payload", --name for the others.
 func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	alias := map[string]string{} // flag name -> its alias's
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "file" && fs.Lookup("f") != nil {
-			return // shown with -f
+		if target, ok := strings.CutPrefix(f.Usage, "the same as -"); ok {
+			target = strings.TrimPrefix(target, "-")
+			if fs.Lookup(target) != nil {
+				alias[target] = f.Name
+			}
+		}
+	})
+	isAlias := map[string]bool{}
+	for _, a := range alias {
+		isAlias[a] = true
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if isAlias[f.Name] {
+			return // shown with the flag it stands for
 		}
 		arg, usage := flag.UnquoteUsage(f)
 		name := flagName(f.Name)
-		if f.Name == "f" && fs.Lookup("file") != nil {
-			name = "-f, --file"
+		if a, ok := alias[f.Name]; ok {
+			if len(a) < len(f.Name) {
+				name = flagName(a) + ", " + name
+			} else {
+				name += ", " + flagName(a)
+			}
 		}
 		if arg != "" {
 			name += " " + arg

@@ -53,9 +53,48 @@ func commandNamesInOrder() []string {
 // completes a file name.
 const completionFlags = "-f --file --json -h --help"
 
-// bindingNamesShell prints the binding names of the stack the command line
-// names (or the default one), one per line, from validate --json.
-const bindingNamesShell = `localcloud validate --json $lc_file 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'`
+// completeBindingsName is the hidden command the scripts run for binding
+// names: "localcloud __bindings [kv|queue] [-f FILE]" prints the names of
+// the stack's bindings of that type (all without one), one per line.
+const completeBindingsName = "__bindings"
+
+// bindingNamesShell is the shell command that prints the names of the
+// stack's bindings of type typ ("" for all), for a kv command only the kv
+// bindings, for a queue command only the queues.
+func bindingNamesShell(typ string) string {
+	if typ != "" {
+		typ += " "
+	}
+	return "localcloud " + completeBindingsName + " " + typ + "$lc_file 2>/dev/null"
+}
+
+// completeBindingsCommand is completeBindingsName.
+type completeBindingsCommand struct {
+	app *app
+}
+
+func (c *completeBindingsCommand) Run(_ context.Context, args []string) error {
+	fs := newFlagSet(completeBindingsName)
+	file := stackFlag(fs)
+	pos, err := parseWantArgs(fs, args, 0, 1, "[kv|queue]")
+	if err != nil {
+		return err
+	}
+	st, err := c.app.loadStack(*file)
+	if err != nil {
+		return err
+	}
+	for _, b := range st.Bindings {
+		if len(pos) == 0 || string(b.Type) == pos[0] {
+			fmt.Fprintln(c.app.stdout, b.Name)
+		}
+	}
+	return nil
+}
+
+func (c *completeBindingsCommand) Usage() {
+	fmt.Fprintln(c.app.stdout, "Usage: localcloud "+completeBindingsName+" [kv|queue] [-f FILE] (for the completion scripts)")
+}
 
 func bashCompletion() string {
 	return `# bash completion for localcloud. Load it with
@@ -92,12 +131,12 @@ _localcloud() {
     case $cmd in
         kv)
             if ((n == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(kvSubcommands, " ") + `" -- "$cur"));
-            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
+            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell("kv") + `)" -- "$cur")); fi ;;
         queue)
             if ((n == 2)); then COMPREPLY=($(compgen -W "` + strings.Join(queueSubcommands, " ") + `" -- "$cur"));
-            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
+            elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell("queue") + `)" -- "$cur")); fi ;;
         check|backup|restore)
-            COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")) ;;
+            COMPREPLY=($(compgen -W "$(` + bindingNamesShell("") + `)" -- "$cur")) ;;
         completion)
             COMPREPLY=($(compgen -W "` + strings.Join(completionShells, " ") + `" -- "$cur")) ;;
         bench)
@@ -142,11 +181,11 @@ _localcloud() {
     case ${words[2]} in
         kv)
             if (( CURRENT == 3 )); then compadd -- ` + strings.Join(kvSubcommands, " ") + `;
-            elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell + `)"}; fi ;;
+            elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell("kv") + `)"}; fi ;;
         queue)
             if (( CURRENT == 3 )); then compadd -- ` + strings.Join(queueSubcommands, " ") + `;
-            elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell + `)"}; fi ;;
-        check|backup|restore) compadd -- ${(f)"$(` + bindingNamesShell + `)"} ;;
+            elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell("queue") + `)"}; fi ;;
+        check|backup|restore) compadd -- ${(f)"$(` + bindingNamesShell("") + `)"} ;;
         completion) compadd -- ` + strings.Join(completionShells, " ") + ` ;;
         bench) compadd -- kv queue ;;
         validate|init) _files ;;
@@ -174,7 +213,7 @@ function __localcloud_bindings
             set lc_file -f $words[(math $i + 1)]
         end
     end
-    localcloud validate --json $lc_file 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'
+    localcloud ` + completeBindingsName + ` $argv $lc_file 2>/dev/null
 end
 `)
 	for _, c := range commandList {
@@ -184,8 +223,11 @@ end
 		strings.Join(kvSubcommands, " "), strings.Join(kvSubcommands, " "))
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from queue; and not __fish_seen_subcommand_from %s' -a '%s'\n",
 		strings.Join(queueSubcommands, " "), strings.Join(queueSubcommands, " "))
-	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from %s' -a '(__localcloud_bindings)'\n",
-		strings.Join(append(append([]string{"check", "backup", "restore"}, kvSubcommands...), queueSubcommands...), " "))
+	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from check backup restore' -a '(__localcloud_bindings)'\n")
+	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from kv; and __fish_seen_subcommand_from %s' -a '(__localcloud_bindings kv)'\n",
+		strings.Join(kvSubcommands, " "))
+	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from queue; and __fish_seen_subcommand_from %s' -a '(__localcloud_bindings queue)'\n",
+		strings.Join(queueSubcommands, " "))
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from completion' -a '%s'\n", strings.Join(completionShells, " "))
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from bench' -a 'kv queue'\n")
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from validate init' -F\n")
@@ -199,8 +241,9 @@ Usage:
   localcloud completion bash|zsh|fish
 
 The script completes commands, the subcommands of kv and queue, flags, the
-stack file after -f, and binding names (read from the stack file with
-localcloud validate --json).
+stack file after -f, and binding names read from the stack file: kv
+commands offer the kv bindings, queue commands the queues, check, backup
+and restore all of them.
 
 Examples:
   source <(localcloud completion bash)        # in ~/.bashrc

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -19,17 +20,18 @@ type initCommand struct {
 	app *app
 }
 
-func (c *initCommand) flags() (*flag.FlagSet, *string) {
+func (c *initCommand) flags() (*flag.FlagSet, *string, *bool) {
 	fs := newFlagSet("init")
 	name := fs.String("name", "", "the stack's `NAME` (default: the folder's name, made valid, else app)")
-	return fs, name
+	gitignore := fs.Bool("gitignore", false, "add .localcloud/ to DIR/.gitignore without asking (--gitignore=false: never; default: ask on a terminal)")
+	return fs, name, gitignore
 }
 
 // stackNameRE is the rule for stack names (config checks it too).
 var stackNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 
 func (c *initCommand) Run(ctx context.Context, args []string) error {
-	flags, name := c.flags()
+	flags, name, gitignore := c.flags()
 	pos, err := parseWantArgs(flags, args, 0, 1, "at most one folder DIR")
 	if err != nil {
 		return err
@@ -79,7 +81,57 @@ func (c *initCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	fmt.Fprintf(c.app.stderr, "wrote %s (stack %s: kv binding cache, queue binding jobs with jobs-dlq)\n", file, *name)
+	if err := c.offerGitignore(flags, dir, *gitignore); err != nil {
+		return err
+	}
 	fmt.Fprintf(c.app.stderr, "next: localcloud up -f %s\n", file)
+	return nil
+}
+
+// dataDirIgnore is the .gitignore line for the starter stack's dataDir.
+const dataDirIgnore = ".localcloud/"
+
+// offerGitignore adds dataDirIgnore to DIR/.gitignore: with --gitignore at
+// once, with --gitignore=false never, else after asking when stdin is a
+// terminal; otherwise it says how. A .gitignore that already ignores the
+// folder is left as it is.
+func (c *initCommand) offerGitignore(flags *flag.FlagSet, dir string, add bool) error {
+	path := filepath.Join(dir, ".gitignore")
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, l := range strings.Split(string(old), "\n") {
+		switch strings.TrimSpace(l) {
+		case ".localcloud", ".localcloud/", "/.localcloud", "/.localcloud/":
+			return nil
+		}
+	}
+	set := false
+	flags.Visit(func(f *flag.Flag) { set = set || f.Name == "gitignore" })
+	switch {
+	case set && !add:
+		return nil
+	case !set && !isTTY(c.app.stdin):
+		fmt.Fprintf(c.app.stderr, "tip: the stores live in %s; add %s to %s (localcloud init --gitignore does)\n",
+			filepath.Join(dir, ".localcloud"), dataDirIgnore, path)
+		return nil
+	case !set:
+		fmt.Fprintf(c.app.stderr, "Add %s to %s, so git leaves the stores alone? [Y/n] ", dataDirIgnore, path)
+		answer, _ := bufio.NewReader(c.app.stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "" && a != "y" && a != "yes" {
+			return nil
+		}
+	}
+	text := string(old)
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	text += "# localcloud's stores (localcloud init)\n" + dataDirIgnore + "\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	fmt.Fprintf(c.app.stderr, "added %s to %s\n", dataDirIgnore, path)
 	return nil
 }
 
@@ -124,7 +176,8 @@ version: 1
 name: ` + name + `
 
 # The folder that holds one store per binding, relative to this file.
-# Add it to .gitignore.
+# Keep it out of git (.gitignore: .localcloud/; localcloud init --gitignore
+# adds that line).
 dataDir: .localcloud
 
 # The embedded NATS server that wakes waiting consumers. Left out, it
@@ -161,7 +214,7 @@ bindings:
 }
 
 func (c *initCommand) Usage() {
-	fs, _ := c.flags()
+	fs, _, _ := c.flags()
 	fmt.Fprint(c.app.stdout, `Write a commented starter stack.yaml.
 
 Usage:
@@ -172,9 +225,16 @@ if needed) with a KV binding, a queue and its dead-letter queue, every
 setting explained. It never overwrites: when DIR already has a stack.yaml
 or stack.yml, init fails and changes nothing.
 
+The stores live in DIR/.localcloud, which git should not track: init
+offers to add .localcloud/ to DIR/.gitignore (it asks when stdin is a
+terminal; --gitignore adds it without asking, --gitignore=false never
+does, and without a terminal init only prints the tip). A .gitignore that
+already ignores the folder is left alone.
+
 Examples:
   localcloud init
   localcloud init services/shop --name shop
+  localcloud init --gitignore
 
 Flags:
 `)

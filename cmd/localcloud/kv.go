@@ -140,6 +140,11 @@ func (c *kvCommand) get(ctx context.Context, args []string) error {
 		}
 		if !asJSON {
 			_, err = c.app.stdout.Write(v)
+			// On a terminal the prompt should not follow the value on its
+			// line; piped or redirected, the bytes stay exact.
+			if err == nil && isTTY(c.app.stdout) && !bytes.HasSuffix(v, []byte("\n")) {
+				_, err = io.WriteString(c.app.stdout, "\n")
+			}
 		}
 		return err
 	})
@@ -392,7 +397,16 @@ func jsonString(s string) string {
 }
 
 func (c *kvCommand) Usage() {
-	fmt.Fprint(c.app.stdout, `Read and write a KV binding's store.
+	fmt.Fprint(c.app.stdout, kvUsage)
+}
+
+func (c *kvCommand) subUsage(fs *flag.FlagSet) bool {
+	return printSubUsage(c.app.stdout, kvUsage, kvSubcommands, fs)
+}
+
+// kvUsage is the help of kv and all its subcommands; "kv SUB -h" prints
+// SUB's part of it (printSubUsage).
+const kvUsage = `Read and write a KV binding's store.
 
 Usage:
   localcloud kv get    BINDING KEY                 [--json]
@@ -405,8 +419,9 @@ Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 ./stack.yaml); flags may come before or after the arguments, and "--" ends
 the flags (for a VALUE starting with "-").
 
-  get     writes the value's raw bytes to stdout, nothing added (binary
-          safe); exits 1 with an error when the key is absent or expired.
+  get     writes the value's raw bytes to stdout, nothing added when
+          piped or redirected (binary safe); on a terminal a newline ends
+          it. Exits 1 with an error when the key is absent or expired.
   put     stores VALUE, or stdin when VALUE is "-" (binary safe, at most
           24576 bytes). --ttl makes the key expire; with --if-not-exists
           it writes only if the key is absent or expired, else exits 1.
@@ -440,8 +455,7 @@ Flags:
   --limit N         scan: keys per page, 1-1000 (default 1000)
   --cursor C        scan: continue after a page
   --all             scan: every page
-`)
-}
+`
 
 // expiresAtJSON is an expiry in unix milliseconds, or null for none.
 func expiresAtJSON(t time.Time) json.RawMessage {

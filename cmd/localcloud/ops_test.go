@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"math/rand/v2"
 	"os"
@@ -47,7 +48,7 @@ func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
 	if _, err := parseArgs(fs, []string{"b", "--nope"}); err == nil {
 		t.Error("unknown flag after a positional argument was accepted")
 	}
-	if _, err := parseArgs(newFlagSet("t"), []string{"b", "-h"}); err != flag.ErrHelp {
+	if _, err := parseArgs(newFlagSet("t"), []string{"b", "-h"}); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h after a positional argument: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,6 +83,9 @@ type (
 		OK      bool   `json:"ok"`
 		// Error says why nothing was done for this receipt.
 		Error string `json:"error,omitempty"`
+		// Gone: ack found the message already gone (acked before, purged,
+		// moved); nothing was done and the ack still succeeds (OK, exit 0).
+		Gone bool `json:"gone,omitempty"`
 	}
 	queuePurgeJSON struct {
 		Binding        string `json:"binding"`
@@ -185,6 +189,7 @@ func (c *queueCommand) openBinding(ctx context.Context, file, name string, acces
 func (c *queueCommand) send(ctx context.Context, args []string) error {
 	fs, file, asJSON := queueFlags("send")
 	isJSON := fs.Bool("json-payload", false, "the payload is JSON (checked, stored compacted) instead of text")
+	fs.BoolVar(isJSON, "J", false, "the same as --json-payload")
 	delay := fs.Duration("delay", 0, "make the message due `D` from now (0-12h)")
 	dedupKey := fs.String("dedup-key", "", "send idempotently: with `K` sent within the binding's dedupWindow, add nothing (A-Z a-z 0-9 - _ : ., 1-512 bytes)")
 	pos, err := parseWantArgs(fs, args, 2, 2, "BINDING TEXT (or - to read the payload from stdin)")
@@ -201,6 +206,8 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 			return &usageError{msg: "--json-payload: the payload is not valid JSON", try: `localcloud queue send BINDING '{"order":42}' --json-payload`}
 		}
 		p = queue.JSON(json.RawMessage(data))
+	} else if looksLikeJSONDocument(data) {
+		fmt.Fprintln(c.app.stderr, "note: the payload is a JSON object or array but is sent as text; add --json-payload (-J) to send a JSON message")
 	}
 	q, closeQueue, b, err := c.openBinding(ctx, *file, pos[0], engine.Create)
 	if err != nil {
@@ -230,6 +237,13 @@ func (c *queueCommand) send(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.app.stderr, "sent a %s message to %s (%s%s)\n", p.Type, b.Name, quantity(len(p.Data), "byte"), due)
 	return nil
+}
+
+// looksLikeJSONDocument reports whether data is a JSON object or array: a
+// payload a user most likely meant to send with --json-payload.
+func looksLikeJSONDocument(data []byte) bool {
+	t := bytes.TrimSpace(data)
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t)
 }
 
 func (c *queueCommand) receive(ctx context.Context, args []string) error {
@@ -346,7 +360,20 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 			continue
 		}
 		if op == "ack" {
-			err = q.Ack(ctx, r)
+			var outcome []queue.AckOutcome
+			outcome, err = q.AckBatch(ctx, []string{r})
+			switch {
+			case err != nil:
+			case outcome[0] == queue.AckGone:
+				res.Gone = true
+			case outcome[0] == queue.AckStale:
+				// Nothing was deleted; Ack of a stale receipt changes
+				// nothing either and returns the library's error for it.
+				err = q.Ack(ctx, r)
+				if err == nil {
+					err = queue.ErrStaleReceipt
+				}
+			}
 		} else {
 			err = q.Nack(ctx, r, queue.WithDelay(*delay))
 		}
@@ -362,7 +389,10 @@ func (c *queueCommand) settle(ctx context.Context, op string, args []string) err
 		}
 	} else {
 		for _, r := range out.Results {
-			if r.OK {
+			switch {
+			case r.Gone:
+				fmt.Fprintf(c.app.stderr, "already gone %s: its message was acked, purged or moved before; nothing done\n", r.Receipt)
+			case r.OK:
 				fmt.Fprintf(c.app.stderr, "%sed %s\n", op, r.Receipt)
 			}
 		}
@@ -401,7 +431,7 @@ func (c *queueCommand) purge(ctx context.Context, args []string) error {
 	}
 	if !*yes {
 		fmt.Fprintf(c.app.stderr, "Delete all %s of queue %s (%d due, %d in flight, %d delayed)? Type yes to confirm: ",
-			quantity(before.Total, "message"), b.Name, before.Due, before.InFlight-before.Delayed, before.Delayed)
+			quantity(before.Total, "message"), b.Name, before.Due, before.Leased(), before.Delayed)
 		answer := ""
 		if c.app.stdin != nil {
 			line, _ := bufio.NewReader(c.app.stdin).ReadString('\n')
@@ -527,10 +557,19 @@ func (c *queueCommand) redrive(ctx context.Context, args []string) error {
 }
 
 func (c *queueCommand) Usage() {
-	fmt.Fprint(c.app.stdout, `Send, receive and inspect the messages of a queue binding.
+	fmt.Fprint(c.app.stdout, queueUsage)
+}
+
+func (c *queueCommand) subUsage(fs *flag.FlagSet) bool {
+	return printSubUsage(c.app.stdout, queueUsage, queueSubcommands, fs)
+}
+
+// queueUsage is the help of queue and all its subcommands; "queue SUB -h" prints
+// SUB's part of it (printSubUsage).
+const queueUsage = `Send, receive and inspect the messages of a queue binding.
 
 Usage:
-  localcloud queue send    BINDING TEXT|-      [--json-payload] [--delay D] [--json]
+  localcloud queue send    BINDING TEXT|-      [-J|--json-payload] [--delay D] [--json]
   localcloud queue receive BINDING             [--max N] [--visibility D] [--wait D] [--json]
   localcloud queue ack     BINDING RECEIPT...  [--json]
   localcloud queue nack    BINDING RECEIPT...  [--delay D] [--json]
@@ -546,7 +585,9 @@ Every subcommand also takes -f FILE (default $LOCALCLOUD_STACK, else
 the flags.
 
   send     enqueues TEXT, or stdin when TEXT is "-" (at most 65536 bytes), as
-           a text message; with --json-payload as a JSON message (checked).
+           a text message; with --json-payload (-J) as a JSON message
+           (checked). A text payload that is a JSON object or array gets a
+           note on stderr naming --json-payload (--json is the output flag).
            --delay D makes it due D from now (0-12h).
   receive  claims up to --max due messages (default 1) and prints each as a
            line "id=ID attempt=N type=T enqueued=TIME receipt=RECEIPT"
@@ -561,6 +602,9 @@ the flags.
            that is not a receipt the store issues (an upper-case UUID,
            a typo): nothing is done for it, it is reported on stderr and
            the command exits 1; the other receipts given are still settled.
+           Acking a receipt whose message is already gone (acked before,
+           purged, moved) does nothing, says "already gone RECEIPT" and
+           exits 0: the message is gone, as the ack wanted.
   extend   keeps the message of RECEIPT hidden for D from now (1ms-12h), for
            a handler that needs longer than its lease. A stale receipt, or a
            message that is gone, fails.
@@ -608,7 +652,8 @@ Examples:
 Flags:
   -f, --file FILE  stack file
   --json           print one JSON object instead of text (docs/CLI.md)
-  --json-payload   send: the payload is JSON
+  -J, --json-payload
+                   send: the payload is JSON
   --delay D        send, nack: due D from now, 0-12h (default 0)
   --to BINDING     redrive: target queue instead of each message's origin
   --max N          receive: at most N messages, 1-10 (default 1);
@@ -619,5 +664,4 @@ Flags:
   --limit N        peek: at most N messages, 1-1000 (default 20)
   --existing       tail: print the messages already there first
   --max N          tail: stop after N messages
-`)
-}
+`

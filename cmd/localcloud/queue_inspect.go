@@ -177,8 +177,9 @@ func (c *queueCommand) stats(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// queue.Stats counts delayed messages in InFlight; the CLI shows them apart.
-	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.InFlight - s.Delayed, Delayed: s.Delayed, Total: s.Total,
+	// queue.Stats counts delayed messages in InFlight; the CLI shows them
+	// apart (Leased, as status and the explorer do).
+	out := queueStatsJSON{Binding: b.Name, Due: s.Due, InFlight: s.Leased(), Delayed: s.Delayed, Total: s.Total,
 		DeadLetters: s.DeadLetters, Moving: s.Moving, Origins: []queueOriginCnt{}}
 	for _, o := range s.Origins {
 		out.Origins = append(out.Origins, queueOriginCnt{Binding: o.Binding, Store: o.Store, Count: o.Count})

@@ -83,8 +83,11 @@ type kvCounts struct {
 }
 
 type queueCounts struct {
-	Due      int64 `json:"due"`
+	Due int64 `json:"due"`
+	// InFlight counts the leased messages (received, not acked); Delayed
+	// the ones sent with a delay not passed yet (queue.Stats.Leased).
 	InFlight int64 `json:"inFlight"`
+	Delayed  int64 `json:"delayed"`
 	// OldestAgeMillis is the age of the oldest message; 0 when empty.
 	OldestAgeMillis int64 `json:"oldestAgeMillis"`
 }
@@ -281,7 +284,7 @@ func countStore(ctx context.Context, env *engine.Env, sb *statusBinding, now tim
 			sb.CountError = fmt.Sprintf("count messages: %v", err)
 			return
 		}
-		c := queueCounts{Due: qst.Due, InFlight: qst.InFlight}
+		c := queueCounts{Due: qst.Due, InFlight: qst.Leased(), Delayed: qst.Delayed}
 		if ms := now.UnixMilli(); !qst.Oldest.IsZero() && qst.Oldest.UnixMilli() < ms {
 			c.OldestAgeMillis = ms - qst.Oldest.UnixMilli()
 		}
@@ -373,8 +376,8 @@ func contents(b statusBinding) string {
 	case b.KV != nil:
 		return fmt.Sprintf("%s, %d expired", quantity(b.KV.Live, "live key"), b.KV.Expired)
 	case b.Queue != nil:
-		s := fmt.Sprintf("%d due, %d in flight", b.Queue.Due, b.Queue.InFlight)
-		if b.Queue.Due+b.Queue.InFlight > 0 {
+		s := fmt.Sprintf("%d due, %d in flight, %d delayed", b.Queue.Due, b.Queue.InFlight, b.Queue.Delayed)
+		if b.Queue.Due+b.Queue.InFlight+b.Queue.Delayed > 0 {
 			s += ", oldest " + (time.Duration(b.Queue.OldestAgeMillis) * time.Millisecond).Truncate(time.Second).String()
 		}
 		return s

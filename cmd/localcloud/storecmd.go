@@ -122,11 +122,16 @@ func (a *app) printJSON(v any) error {
 // findBinding loads the stack and returns the binding called name, which
 // must be of type want ("" for any).
 func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, config.Binding, error) {
-	st, err := a.loadStack(file)
+	st, fileErr, err := a.loadServedStack(file)
 	if err != nil {
 		return nil, config.Binding{}, err
 	}
 	b, ok := st.Binding(name)
+	if fileErr != nil && (!ok || b.Engine == config.EngineJetStream) {
+		// The runtime file does not say where a jetstream binding's
+		// cluster is; and a binding up does not serve is the file's.
+		return nil, config.Binding{}, fileErr
+	}
 	if !ok {
 		var names []string
 		for _, b := range st.Bindings {

@@ -22,6 +22,11 @@ import (
 // first signal.
 const shutdownTimeout = 4500 * time.Millisecond
 
+// sameSignalWindow: a stop signal equal to the first within this time is
+// the same one delivered twice (timeout N localcloud up sends SIGTERM to
+// up and then to its process group), not a second Ctrl-C.
+const sameSignalWindow = 100 * time.Millisecond
+
 // readyMsg is the message of the log line that says up is serving. Scripts
 // wait for a stderr line containing "msg=ready".
 const readyMsg = "ready"
@@ -61,6 +66,11 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if exp != nil && exp.fellBack {
+		// The same policy and words as the NATS port's (supervisor.Start).
+		log.Warn("the default explorer port is taken; using a free port instead (set explorer.listen to choose one)",
+			"default", st.Explorer.Listen, "explorer", exp.url())
+	}
 	sqs, err := listenSQS(st)
 	if err != nil {
 		exp.abort()
@@ -99,6 +109,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
 
 	var stopCause any
+	var stopSig os.Signal
+	var stopAt time.Time
 	for stopCause == nil {
 		select {
 		case sig := <-sigs:
@@ -106,7 +118,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 				_, _ = sup.Reload(ctx, "SIGHUP")
 				continue
 			}
-			stopCause = sig
+			stopCause, stopSig, stopAt = sig, sig, time.Now()
 		case <-ctx.Done():
 			stopCause = "context done"
 		}
@@ -130,6 +142,12 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 			return nil
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
+				continue
+			}
+			if sig == stopSig && time.Since(stopAt) < sameSignalWindow {
+				// One signal delivered twice (timeout(1) signals the
+				// command and then its process group): still the first.
+				log.Debug("the same signal again at once; counted as one", "signal", sig.String())
 				continue
 			}
 			log.Warn("second signal; exiting at once", "signal", sig.String())
@@ -183,7 +201,11 @@ func (c *upCommand) printSummary(sup *supervisor.Supervisor, st *config.Stack, e
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  data dir\t%s\n", st.DataDir)
 	fmt.Fprintf(tw, "  runtime file\t%s\n", filepath.Join(st.DataDir, supervisor.RuntimeFileName))
-	fmt.Fprintf(tw, "  NATS\t%s (hints on %s)\n", sup.URL(), config.Subject(st.Name, "<binding>"))
+	nats := fmt.Sprintf("%s (hints on %s)", sup.URL(), config.Subject(st.Name, "<binding>"))
+	if !st.Notify.ListenGiven && !strings.HasSuffix(sup.URL(), "//"+st.Notify.Listen) {
+		nats += fmt.Sprintf(" (%s was taken, so a free port was picked; set notify.listen to choose one)", st.Notify.Listen)
+	}
+	fmt.Fprintf(tw, "  NATS\t%s\n", nats)
 	if js := jetStreamSummary(sup, st); js != "" {
 		fmt.Fprintf(tw, "  JetStream\t%s\n", js)
 	}
@@ -279,7 +301,9 @@ stack kept. Every second up checks that no store directory or file was
 deleted, replaced or loosened, logs it and shows it in status; it never
 recreates one.
 
-SIGINT or SIGTERM stops up cleanly (exit 0, within 5 s); a second one exits
+SIGINT or SIGTERM stops up cleanly (exit 0, within 5 s); the same signal
+again within 100 ms counts as one (timeout(1) sends its SIGTERM twice); a
+second one later exits
 at once. A NATS port that is taken fails the start before anything is
 created.
 

@@ -43,8 +43,17 @@ func (c *versionCommand) Run(ctx context.Context, args []string) error {
 		return c.app.printJSON(v)
 	}
 	fmt.Fprintln(c.app.stdout, versionLine(v))
+	if v.Revision == "" {
+		fmt.Fprintln(c.app.stderr, noRevisionNote)
+	}
 	return nil
 }
+
+// noRevisionNote is version's note on stderr when Go embedded no VCS
+// revision: go run, go test, -buildvcs=false builds and builds in a git
+// worktree (which Go does not stamp) carry none.
+const noRevisionNote = "note: no VCS revision embedded (go run, -buildvcs=false and git worktrees give none); " +
+	"go install ./cmd/localcloud in a git clone embeds it"
 
 // versionLine is version's text output:
 // "localcloud (devel) (0123456789ab, 2026-01-02T03:04:05Z, modified) go1.26.0 linux/amd64".
@@ -113,7 +122,9 @@ Usage:
 Prints the module version (v1.2.3 for go install ...@v1.2.3, "(devel)" for a
 build from a checkout), the VCS revision and its time when built in a git
 repository (with "modified" for uncommitted changes), the Go release and
-the platform.
+the platform. A binary without a revision (go run, -buildvcs=false) says so
+on stderr and how to build one that has it: go install ./cmd/localcloud in
+a git clone (Go stamps no revision in a git worktree).
 
 Examples:
   localcloud --version

@@ -4,9 +4,9 @@
 //
 // From the repository root, one command per terminal:
 //
-//	go run ./cmd/localcloud up -f examples/stack.yaml
-//	go run ./cmd/localcloud run -f examples/stack.yaml -- go run ./examples/worker
-//	go run ./cmd/localcloud run -f examples/stack.yaml -- go run ./examples/producer -n 20
+//	localcloud up -f examples/stack.yaml   # after scripts/install.sh
+//	localcloud run -f examples/stack.yaml -- go run ./examples/worker
+//	localcloud run -f examples/stack.yaml -- go run ./examples/producer -n 20
 //
 // localcloud run hands the program the stack's environment; kv.FromEnv and
 // queue.FromEnv find their stores (and the wake-up hint server) in it.

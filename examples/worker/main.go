@@ -5,9 +5,9 @@
 //
 // From the repository root, one command per terminal:
 //
-//	go run ./cmd/localcloud up -f examples/stack.yaml
-//	go run ./cmd/localcloud run -f examples/stack.yaml -- go run ./examples/worker
-//	go run ./cmd/localcloud run -f examples/stack.yaml -- go run ./examples/producer -n 20
+//	localcloud up -f examples/stack.yaml   # after scripts/install.sh
+//	localcloud run -f examples/stack.yaml -- go run ./examples/worker
+//	localcloud run -f examples/stack.yaml -- go run ./examples/producer -n 20
 //
 // With localcloud up running, an order is picked up the moment it is sent
 // (a wake-up hint over NATS); without it, within about a second (the

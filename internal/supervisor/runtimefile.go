@@ -41,6 +41,7 @@ const HealthOK = "ok"
 //	    {"name": "orders", "type": "queue", "path": "/home/me/shop/.localcloud/queue/orders",
 //	     "subject": "localcloud.shop.orders.available", "visibilityTimeout": "45s",
 //	     "visibilityTimeoutMs": 45000, "maxAttempts": 5, "deadLetter": "orders-dlq", "durability": "normal",
+//	     "retryDelayMs": 1000, "maxRetryDelayMs": 300000, "dedupWindowMs": 300000,
 //	     "health": "store directory deleted; not recreated"}
 //	  ]
 //	}
@@ -84,8 +85,15 @@ type RuntimeBinding struct {
 	VisibilityTimeoutMs int64  `json:"visibilityTimeoutMs,omitempty"`
 	MaxAttempts         int    `json:"maxAttempts,omitempty"`
 	DeadLetter          string `json:"deadLetter,omitempty"`
-	Durability          string `json:"durability"`
-	Health              string `json:"health"`
+	// RetryDelayMs, MaxRetryDelayMs and DedupWindowMs are a queue's
+	// retryDelay, maxRetryDelay and dedupWindow in milliseconds: with the
+	// fields above, every setting a queue is opened with, so commands can
+	// work on the stack up serves while the file holds a broken edit.
+	RetryDelayMs    int64  `json:"retryDelayMs,omitempty"`
+	MaxRetryDelayMs int64  `json:"maxRetryDelayMs,omitempty"`
+	DedupWindowMs   int64  `json:"dedupWindowMs,omitempty"`
+	Durability      string `json:"durability"`
+	Health          string `json:"health"`
 }
 
 // Binding returns the binding called name.

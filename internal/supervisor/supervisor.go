@@ -342,6 +342,9 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			rb.VisibilityTimeoutMs = b.VisibilityTimeout.Milliseconds()
 			rb.MaxAttempts = b.MaxAttempts
 			rb.DeadLetter = b.DeadLetter
+			rb.RetryDelayMs = b.RetryDelay.Milliseconds()
+			rb.MaxRetryDelayMs = b.MaxRetryDelay.Milliseconds()
+			rb.DedupWindowMs = b.DedupWindow.Milliseconds()
 		}
 		rt.Bindings = append(rt.Bindings, rb)
 	}

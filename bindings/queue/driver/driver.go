@@ -295,6 +295,12 @@ type Stats struct {
 	Moving int64
 }
 
+// Leased counts the InFlight messages that are not Delayed: received and
+// not acked yet, or backing off after a nack. The CLI's status and queue
+// stats and the explorer show Due, Leased (as "in flight") and Delayed
+// apart, all three through this one method.
+func (s Stats) Leased() int64 { return s.InFlight - s.Delayed }
+
 // Redrive is one Redrive's options: To is the destination ("" for each
 // message's origin), Max the most messages to move (-1 for all).
 type Redrive struct {

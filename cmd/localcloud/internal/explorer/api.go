@@ -193,7 +193,7 @@ func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervis
 }
 
 func queueStats(st queue.Stats, now time.Time) *queueStatsJSON {
-	q := &queueStatsJSON{Due: st.Due, Delayed: st.Delayed, InFlight: st.InFlight - st.Delayed, Total: st.Total, DeadLetters: st.DeadLetters, Moving: st.Moving}
+	q := &queueStatsJSON{Due: st.Due, Delayed: st.Delayed, InFlight: st.Leased(), Total: st.Total, DeadLetters: st.DeadLetters, Moving: st.Moving}
 	if !st.Oldest.IsZero() {
 		q.Oldest = st.Oldest.UnixMilli()
 		q.OldestAgeMillis = max(0, now.Sub(st.Oldest).Milliseconds())
@@ -477,6 +477,7 @@ func (s *Server) apiSend(w http.ResponseWriter, r *http.Request) {
 	if delay > 0 {
 		opts = append(opts, queue.WithDelay(delay))
 	}
+	defer s.feed.begin(b.Name)()
 	if err := q.Send(ctx, p, opts...); err != nil {
 		writeErr(w, err)
 		return
@@ -512,6 +513,7 @@ func (s *Server) apiPurge(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
 	st, _ := q.Stats(ctx)
+	defer s.feed.begin(b.Name)()
 	if err := q.Purge(ctx); err != nil {
 		writeErr(w, err)
 		return
@@ -563,6 +565,7 @@ func (s *Server) apiRedrive(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	defer s.feed.begin(b.Name)()
 	res, err := q.Redrive(ctx, opts...)
 	if err != nil {
 		writeErr(w, err)

@@ -4,11 +4,14 @@ package explorer
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/localcloud/localcloud/bindings/kv"
@@ -18,6 +21,58 @@ import (
 type keyJSON struct {
 	Key  string `json:"key"`
 	Size int    `json:"size"`
+	// Preview is the value's first characters as text (Go-quoted escapes
+	// for control bytes), or "0x" and its first bytes in hex when the value
+	// is not UTF-8; "…" ends a cut one.
+	Preview string `json:"preview"`
+	// ExpiresAt is when the key expires (unix ms) and TTLMillis the time
+	// left at the read; both 0 for a key without a TTL.
+	ExpiresAt int64 `json:"expiresAt,omitempty"`
+	TTLMillis int64 `json:"ttlMillis,omitempty"`
+}
+
+// previewRunes and previewBytes bound keyJSON.Preview.
+const (
+	previewRunes = 60
+	previewBytes = 16
+)
+
+// toKeyJSON describes one scanned key at now.
+func toKeyJSON(it kv.Item, now time.Time) keyJSON {
+	k := keyJSON{Key: it.Key, Size: len(it.Value), Preview: valuePreview(it.Value)}
+	if !it.ExpiresAt.IsZero() {
+		k.ExpiresAt = it.ExpiresAt.UnixMilli()
+		k.TTLMillis = max(it.ExpiresAt.Sub(now).Milliseconds(), 1)
+	}
+	return k
+}
+
+// valuePreview is keyJSON.Preview of v.
+func valuePreview(v []byte) string {
+	if !utf8.Valid(v) {
+		n := min(len(v), previewBytes)
+		s := "0x" + hex.EncodeToString(v[:n])
+		if n < len(v) {
+			s += "…"
+		}
+		return s
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range string(v) {
+		if n == previewRunes {
+			b.WriteString("…")
+			break
+		}
+		if unicode.IsPrint(r) || r == ' ' {
+			b.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		n++
+	}
+	return b.String()
 }
 
 func (s *Server) apiScan(w http.ResponseWriter, r *http.Request) {
@@ -40,8 +95,9 @@ func (s *Server) apiScan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	keys := make([]keyJSON, 0, len(page.Items))
+	now := s.opts.Now()
 	for _, it := range page.Items {
-		keys = append(keys, keyJSON{Key: it.Key, Size: len(it.Value)})
+		keys = append(keys, toKeyJSON(it, now))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"binding": r.PathValue("name"), "prefix": prefix, "keys": keys, "nextCursor": page.NextCursor})
 }
@@ -142,6 +198,7 @@ func (s *Server) apiPut(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	defer s.feed.begin(name)()
 	written, err := k.Put(ctx, req.Key, val, opts...)
 	if err != nil {
 		writeErr(w, err)
@@ -171,6 +228,7 @@ func (s *Server) apiDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	defer s.feed.begin(name)()
 	if err := k.Delete(ctx, req.Key); err != nil {
 		writeErr(w, err)
 		return

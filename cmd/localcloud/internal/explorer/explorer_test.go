@@ -667,9 +667,18 @@ func TestEventStream(t *testing.T) {
 	}) {
 		t.Fatalf("after an explorer send got %v, want action, hint and stats with due 2", kinds)
 	}
+	// A purge through the explorer is one row, its action: the read after
+	// it shows the counts, not a "removed" row of its own.
 	e.want(http.MethodPost, "/api/queues/jobs/purge", `{"confirm":"jobs"}`, 200)
-	if !readEvents(t, res.Body, 5*time.Second, func(ev Event) bool { return ev.Kind == KindRemoved && ev.Count == 2 }) {
-		t.Fatal("no removed event after the purge")
+	removed := false
+	if !readEvents(t, res.Body, 5*time.Second, func(ev Event) bool {
+		removed = removed || ev.Kind == KindRemoved && ev.Binding == "jobs"
+		return ev.Kind == KindStats && ev.Binding == "jobs" && ev.Stats.Queue.Total == 0
+	}) {
+		t.Fatal("no stats with total 0 after the purge")
+	}
+	if removed {
+		t.Error("the explorer's purge shows as a removed row besides its action row")
 	}
 	k, _ := e.sup.KV("carts")
 	if _, err := k.Put(t.Context(), "n", []byte("1")); err != nil {
@@ -817,6 +826,63 @@ func TestDeadLetterLastError(t *testing.T) {
 	} {
 		if got := toMessageJSON(c.m, now).Origin.LastError; got != c.want {
 			t.Errorf("lastError %q; want %q", got, c.want)
+		}
+	}
+}
+
+// TestActivityRecordedWithoutListener: what happens while no tab listens is
+// recorded (up starts the feed with the server) and a tab opened later
+// gets it: one row per change, no hint rows in the history.
+func TestActivityRecordedWithoutListener(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.srv.feed.start() // as Serve does
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e.srv.feed.mu.Lock()
+		read := !e.srv.feed.lastPoll.IsZero()
+		e.srv.feed.mu.Unlock()
+		if read {
+			break // the counts before the send are known
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the feed read no counts in 10 s")
+		}
+	}
+	q := e.queue("jobs")
+	if err := q.Send(t.Context(), queue.Text("x")); err != nil {
+		t.Fatal(err)
+	}
+	// The counts are read every idlePollInterval without a listener:
+	// wait until the feed has recorded the send, then open a tab.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		e.srv.feed.mu.Lock()
+		n := len(e.srv.feed.history)
+		e.srv.feed.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing recorded 10 s after a send with no tab open")
+		}
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/api/events", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var history []Event
+	if !readEvents(t, res.Body, 5*time.Second, func(ev Event) bool {
+		if ev.Kind != KindStats {
+			history = append(history, ev)
+		}
+		return ev.Kind == KindSent && ev.Binding == "jobs"
+	}) {
+		t.Fatalf("a tab opened after the send does not get it: %+v", history)
+	}
+	for _, ev := range history {
+		if ev.Kind == KindHint {
+			t.Errorf("the history holds a hint row: %+v", ev)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 const (
 	KindHint       = "hint"       // a wake-up hint was published for a queue
 	KindSent       = "sent"       // a queue's total grew (count delta)
+	KindReceived   = "received"   // a queue's leased messages grew: received (count delta)
 	KindRemoved    = "removed"    // a queue's total shrank: acked, purged or moved out (count delta)
 	KindDeadLetter = "deadLetter" // dead letters arrived in a queue (count delta)
 	KindKeys       = "keys"       // a KV store's live keys changed (count delta)
@@ -45,21 +46,40 @@ const (
 	clientBuffer = 256
 	historySize  = 200
 	keepAlive    = 15 * time.Second
+	// idlePollInterval is how often the counts are read while no tab
+	// listens: the activity is recorded always, so a tab opened later
+	// shows it, at a lower rate than a listener gets.
+	idlePollInterval = time.Second
 )
 
 // feed turns what up observes into events: hints from the embedded NATS
 // server, and the counts and health of every binding, read every
-// PollInterval while a client listens (and at once after a hint). up sees
-// the files, not the calls, so sends and acks are count deltas between two
-// reads: several changes between two reads show as their sum.
+// PollInterval while a client listens, every idlePollInterval otherwise
+// (and at once after a hint). up sees the files, not the calls, so sends,
+// receives and acks are count deltas between two reads: several changes
+// between two reads show as their sum. The last historySize activity
+// events (not hints, not stats) are kept from up's start on, so a tab
+// opened later shows what happened; one user action is one row.
 type feed struct {
 	s *Server
 
 	mu      sync.Mutex
 	clients map[chan Event]struct{}
-	history []Event // the last historySize activity events (not stats)
+	history []Event // the last historySize activity events (not hints, not stats)
 	nextID  int64
-	prev    map[string]bindingJSON // the last counts, while clients listen
+	prev    map[string]bindingJSON // the last counts read
+	// acted marks the bindings an explorer action just changed: its row
+	// says what happened, so the next read's count deltas there are not
+	// rows of their own.
+	acted map[string]bool
+	// busy counts the explorer actions under way per binding: a read
+	// while one writes makes no rows there either.
+	busy     map[string]int
+	lastPoll time.Time // when the last read began (guarded by mu)
+	// pollTook is how long the last read took: without a listener the
+	// reads are at least 10 times that apart (a stack of thousands of
+	// bindings is read less often, at most a tenth of one core).
+	pollTook time.Duration
 
 	poke      chan struct{}
 	startOnce sync.Once
@@ -72,7 +92,8 @@ type feed struct {
 
 func newFeed(s *Server) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &feed{s: s, clients: map[chan Event]struct{}{}, prev: map[string]bindingJSON{}, poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	return &feed{s: s, clients: map[chan Event]struct{}{}, prev: map[string]bindingJSON{}, acted: map[string]bool{}, busy: map[string]int{},
+		poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
 // start subscribes to the hints and starts the poll loop. Idempotent.
@@ -87,6 +108,9 @@ func (f *feed) start() {
 				f.sub = sub
 			}
 		}
+		// The first read at once: the counts it finds are the baseline the
+		// activity is measured from.
+		f.poke <- struct{}{}
 		f.wg.Add(1)
 		go f.loop()
 	})
@@ -122,6 +146,9 @@ func (f *feed) onHint(m *nats.Msg) {
 // hint publishes a wake-up hint for a queue the explorer just filled, as a
 // library sender does (up's hint source would see the write too, later).
 func (f *feed) hint(b supervisor.RuntimeBinding) {
+	f.mu.Lock()
+	f.acted[b.Name] = true
+	f.mu.Unlock()
 	nc := f.s.opts.Conn
 	if nc == nil || b.Subject == "" {
 		return
@@ -132,8 +159,27 @@ func (f *feed) hint(b supervisor.RuntimeBinding) {
 	}
 }
 
+// begin marks an explorer action on binding under way, until the
+// returned func is called (after action): the reads meanwhile make no
+// count-delta rows there, the action's own row says what changed.
+func (f *feed) begin(binding string) (end func()) {
+	f.mu.Lock()
+	f.busy[binding]++
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		if f.busy[binding]--; f.busy[binding] <= 0 {
+			delete(f.busy, binding)
+		}
+		f.mu.Unlock()
+	}
+}
+
 // action records a change made through the explorer.
 func (f *feed) action(binding, kind, text string) {
+	f.mu.Lock()
+	f.acted[binding] = true
+	f.mu.Unlock()
 	f.emit(Event{Kind: KindAction, Binding: binding, Text: text})
 	select {
 	case f.poke <- struct{}{}:
@@ -149,7 +195,7 @@ func (f *feed) emit(e Event) {
 	if e.At == 0 {
 		e.At = time.Now().UnixMilli()
 	}
-	if e.Kind != KindStats {
+	if e.Kind != KindStats && e.Kind != KindHint {
 		f.history = append(f.history, e)
 		if len(f.history) > historySize {
 			f.history = f.history[len(f.history)-historySize:]
@@ -163,12 +209,6 @@ func (f *feed) emit(e Event) {
 	}
 }
 
-func (f *feed) listening() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.clients) > 0
-}
-
 func (f *feed) loop() {
 	defer f.wg.Done()
 	t := time.NewTicker(f.s.opts.PollInterval)
@@ -178,13 +218,19 @@ func (f *feed) loop() {
 		case <-f.ctx.Done():
 			return
 		case <-t.C:
+			f.mu.Lock()
+			idle := len(f.clients) == 0 && time.Since(f.lastPoll) < max(idlePollInterval, 10*f.pollTook)
+			f.mu.Unlock()
+			if idle {
+				continue
+			}
 		case <-f.poke:
 		}
-		if !f.listening() {
-			f.prev = map[string]bindingJSON{} // a new listener starts afresh
-			continue
-		}
+		start := time.Now()
 		f.poll()
+		f.mu.Lock()
+		f.lastPoll, f.pollTook = start, time.Since(start)
+		f.mu.Unlock()
 	}
 }
 
@@ -193,12 +239,26 @@ func (f *feed) poll() {
 	ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
 	defer cancel()
 	seen := map[string]bool{}
+	f.mu.Lock()
+	acted := f.acted
+	f.acted = map[string]bool{}
+	for name := range f.busy {
+		acted[name] = true
+	}
+	f.mu.Unlock()
 	for _, b := range f.s.allBindings(ctx) {
 		seen[b.Name] = true
 		p, had := f.prev[b.Name]
 		f.prev[b.Name] = b
 		if !had {
 			f.emit(Event{Kind: KindStats, Binding: b.Name, Stats: &b})
+			continue
+		}
+		if acted[b.Name] {
+			// The explorer's action row says what changed.
+			if !sameCounts(p, b) {
+				f.emit(Event{Kind: KindStats, Binding: b.Name, Stats: &b})
+			}
 			continue
 		}
 		changed := false
@@ -217,6 +277,12 @@ func (f *feed) poll() {
 				f.emit(Event{Kind: KindSent, Binding: b.Name, Count: sent, Text: fmt.Sprintf("%d message(s) sent", sent)})
 			} else if dTotal < 0 {
 				f.emit(Event{Kind: KindRemoved, Binding: b.Name, Count: -dTotal, Text: fmt.Sprintf("%d message(s) acked, purged or moved out", -dTotal)})
+			}
+			if dTotal >= 0 {
+				// Leased messages grew with no message gone: received.
+				if got := q.InFlight - pq.InFlight; got > 0 {
+					f.emit(Event{Kind: KindReceived, Binding: b.Name, Count: got, Text: fmt.Sprintf("%d message(s) received", got)})
+				}
 			}
 			changed = changed || !sameQueueCounts(pq, q)
 		}
@@ -241,6 +307,19 @@ func (f *feed) poll() {
 	}
 }
 
+// sameCounts reports whether a binding's counts and health are unchanged.
+func sameCounts(p, b bindingJSON) bool {
+	switch {
+	case p.Health != b.Health || p.CountError != b.CountError || (p.Queue == nil) != (b.Queue == nil) || (p.KV == nil) != (b.KV == nil):
+		return false
+	case p.Queue != nil && !sameQueueCounts(p.Queue, b.Queue):
+		return false
+	case p.KV != nil && *p.KV != *b.KV:
+		return false
+	}
+	return true
+}
+
 // sameQueueCounts compares the counts, not the age (which grows by itself).
 func sameQueueCounts(a, b *queueStatsJSON) bool {
 	return a.Due == b.Due && a.Delayed == b.Delayed && a.InFlight == b.InFlight && a.Total == b.Total &&
@@ -255,7 +334,8 @@ func abs(n int64) int64 {
 }
 
 // serve streams the feed as Server-Sent Events: first the recent activity
-// (up to 200 events), then every event as it happens.
+// since up started (up to 200 events, hints left out), then every event as
+// it happens (hints too).
 func (f *feed) serve(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {

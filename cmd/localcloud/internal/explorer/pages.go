@@ -185,8 +185,9 @@ func (s *Server) pageKV(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.Err = err.Error()
 	}
+	now := s.opts.Now()
 	for _, it := range p.Items {
-		d.Keys = append(d.Keys, keyJSON{Key: it.Key, Size: len(it.Value)})
+		d.Keys = append(d.Keys, toKeyJSON(it, now))
 	}
 	d.NextCursor = p.NextCursor
 	if d.Key != "" {

@@ -54,6 +54,8 @@
     if (e.kind === "hint" && showHints && !showHints.checked) return;
     const tr = document.createElement("tr");
     tr.className = "ev " + e.kind;
+    tr.dataset.at = e.at;
+    if (e.binding) tr.dataset.binding = e.binding;
     const cells = [new Date(e.at).toLocaleTimeString(undefined, {hour12: false}) + "." + String(e.at % 1000).padStart(3, "0"), e.kind, e.binding || "", e.text];
     for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
     table.insertBefore(tr, table.firstChild);
