@@ -76,6 +76,10 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		exp.abort()
 		return err
 	}
+	if sqs != nil && sqs.fellBack {
+		log.Warn("the default SQS port is taken; using a free port instead (set sqs.listen to choose one)",
+			"default", st.SQS.Listen, "sqs", sqs.endpoint())
+	}
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
