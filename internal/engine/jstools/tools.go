@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -180,7 +181,9 @@ func (Tools) Exists(ctx context.Context, env *engine.Env, b config.Binding) (boo
 		return true, nil
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return false, nil
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, nats.ErrNoResponders):
+		// A server without JetStream answers no API request.
 		return onDisk(env, b)
 	}
 	return false, fmt.Errorf("look up stream %s of %s binding %s: %w", Stream(b), b.Type, b.Name, err)
