@@ -191,6 +191,11 @@ type Handle interface {
 	// error matching ErrNoProbe for a store it cannot watch (Traits.Hints
 	// false, or a store in memory).
 	Probe(ctx context.Context) (Probe, error)
+	// QueueMover returns what `localcloud migrate` reads and writes the
+	// queue's store through (Migrate), holding what it exports from a
+	// queue whose engine must claim messages to read them for lease. Close
+	// it before the handle.
+	QueueMover(ctx context.Context, lease time.Duration) (QueueMover, error)
 	// Close closes the handle and what was opened for it. A store whose
 	// files were replaced since the open is left open (closing could touch
 	// the files now at its path); the error says so.
