@@ -147,12 +147,17 @@ func (c *migrateCommand) move(ctx context.Context, env *engine.Env, ft, tt engin
 	if err != nil {
 		return engine.MigrateResult{}, err
 	}
-	defer sh.Close()
 	dh, err := tt.Open(ctx, env, dst, engine.Create)
 	if err != nil {
 		return engine.MigrateResult{}, err
 	}
 	defer dh.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			_ = sh.Close()
+		}
+	}()
 	next := 2000
 	o.Progress = func(n int) {
 		if n >= next {
@@ -160,7 +165,15 @@ func (c *migrateCommand) move(ctx context.Context, env *engine.Env, ft, tt engin
 			next = n + 2000
 		}
 	}
-	return engine.Migrate(ctx, env, sh, dh, o)
+	res, err := engine.Migrate(ctx, env, sh, dh, o)
+	if err != nil {
+		return res, err
+	}
+	closed = true
+	if err := sh.Close(); err != nil {
+		return res, err
+	}
+	return res, ft.DropEmpty(ctx, env, src)
 }
 
 // ownJetStream starts JetStream on the stack's data dir when the stack

@@ -149,6 +149,13 @@ type Tools interface {
 	// Restore replaces b's store with the backup src, keeping the store
 	// it replaced, holding env.Exclusive meanwhile. Refusals as Backup's.
 	Restore(ctx context.Context, env *Env, b config.Binding, src string, now time.Time) (Restored, error)
+	// DropEmpty deletes b's store when it holds nothing, as migrate
+	// leaves a source, where an empty store left in place would still
+	// look like data to a look that cannot count it (a stream while up's
+	// server runs without JetStream). An engine whose empty store counts
+	// as empty everywhere keeps it. A store holding anything is kept and
+	// the error says what it holds.
+	DropEmpty(ctx context.Context, env *Env, b config.Binding) error
 	// ValidReceipt is nil when r is a receipt b's queue could have
 	// issued, else an INVALID_INPUT error saying what is wrong: Ack and
 	// Nack take such a string as never issued, a no-op success, so a tool

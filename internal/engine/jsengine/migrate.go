@@ -52,6 +52,7 @@ type Exporter struct {
 	q     *jsQueue
 	lease time.Duration
 	held  map[uint64]string // seq -> ack subject of a held delivery
+	errs  map[uint64]bool   // seqs with an entry in the side stream of last errors
 	sched uint64            // the next sequence to read schedules from; 0: pulls not done
 	done  bool
 }
@@ -63,7 +64,7 @@ func NewExporter(d driver.Queue, lease time.Duration) (*Exporter, error) {
 	if !ok {
 		return nil, fmt.Errorf("jetstream export: %T is not a queue of this engine", d)
 	}
-	return &Exporter{q: q, lease: lease, held: map[uint64]string{}}, nil
+	return &Exporter{q: q, lease: lease, held: map[uint64]string{}, errs: map[uint64]bool{}}, nil
 }
 
 // Next returns up to max messages; none once every message was returned.
@@ -121,6 +122,9 @@ func (e *Exporter) lastErrors(ctx context.Context, ms []moverec.Message) error {
 		return fmt.Errorf("export %s: %w", e.q.stream, err)
 	}
 	for i := range ms {
+		if pm[i].LastError != ms[i].LastError {
+			e.errs[uint64(ms[i].ID)] = true
+		}
 		ms[i].LastError = pm[i].LastError
 	}
 	return nil
@@ -206,16 +210,25 @@ func (e *Exporter) Remove(ctx context.Context, ids []int64) error {
 	for _, id := range ids {
 		seq := uint64(id)
 		if reply, ok := e.held[seq]; ok {
-			if _, err := q.nc.RequestWithContext(ctx, reply, []byte("+ACK")); err != nil {
+			// Acks go out together, flushed below: one that is lost
+			// leaves the message pending, Leased counts it, and the next
+			// round gets it again, finds it imported and acks it again.
+			if err := q.nc.Publish(reply, []byte("+ACK")); err != nil {
 				return fmt.Errorf("remove message %d from %s: %w", seq, q.stream, err)
 			}
 			delete(e.held, seq)
 		} else if err := q.st.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && !strings.Contains(err.Error(), "no message found") {
 			return fmt.Errorf("remove message %d from %s: %w", seq, q.stream, err)
 		}
-		if err := q.purgeErrStream(ctx, q.errSubject(seq)); err != nil {
-			return fmt.Errorf("remove the last error of message %d from %s: %w", seq, q.stream, err)
+		if e.errs[seq] {
+			if err := q.purgeErrStream(ctx, q.errSubject(seq)); err != nil {
+				return fmt.Errorf("remove the last error of message %d from %s: %w", seq, q.stream, err)
+			}
+			delete(e.errs, seq)
 		}
+	}
+	if err := q.flush(ctx); err != nil {
+		return fmt.Errorf("remove messages from %s: %w", q.stream, err)
 	}
 	return nil
 }

@@ -2,11 +2,15 @@ package jstools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/localcloud/localcloud/bindings/queue"
 	qdriver "github.com/localcloud/localcloud/bindings/queue/driver"
+	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/engine"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
 	"github.com/localcloud/localcloud/internal/engine/moverec"
@@ -72,3 +76,37 @@ func (m *mover) ReadBack(ctx context.Context, ids []int64) (map[int64]qdriver.Pa
 	return jsengine.ReadBack(ctx, m.d, ids)
 }
 func (m *mover) Close() error { return m.d.Close() }
+
+// DropEmpty deletes b's stream (and a queue's stream of last errors) when
+// it holds no message: while up's server runs without JetStream a stream
+// cannot be counted, only seen on disk, so an empty one left behind by
+// migrate would keep up refusing the binding on sqlite.
+func (Tools) DropEmpty(ctx context.Context, env *engine.Env, b config.Binding) error {
+	js, err := jetStream(ctx, env, b)
+	if err != nil {
+		return err
+	}
+	st, err := js.Stream(ctx, Stream(b))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", Stream(b), err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", Stream(b), err)
+	}
+	if n := info.State.Msgs; n > 0 {
+		return fmt.Errorf("stream %s of %s binding %s still holds %d messages; it is kept", Stream(b), b.Type, b.Name, n)
+	}
+	if err := js.DeleteStream(ctx, Stream(b)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete the emptied stream %s: %w", Stream(b), err)
+	}
+	if b.Type == config.TypeQueue {
+		if err := js.DeleteStream(ctx, "LCQE_"+b.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete stream LCQE_%s: %w", b.Name, err)
+		}
+	}
+	return nil
+}
