@@ -98,6 +98,9 @@ _localcloud() {
             elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")); fi ;;
         check|backup|restore)
             COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `)" -- "$cur")) ;;
+        migrate)
+            if [[ $prev == --to ]]; then COMPREPLY=($(compgen -W "jetstream sqlite" -- "$cur"));
+            else COMPREPLY=($(compgen -W "$(` + bindingNamesShell + `) --to" -- "$cur")); fi ;;
         completion)
             COMPREPLY=($(compgen -W "` + strings.Join(completionShells, " ") + `" -- "$cur")) ;;
         bench)
@@ -147,6 +150,9 @@ _localcloud() {
             if (( CURRENT == 3 )); then compadd -- ` + strings.Join(queueSubcommands, " ") + `;
             elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell + `)"}; fi ;;
         check|backup|restore) compadd -- ${(f)"$(` + bindingNamesShell + `)"} ;;
+        migrate)
+            if [[ ${words[CURRENT-1]} == --to ]]; then compadd -- jetstream sqlite;
+            else compadd -- ${(f)"$(` + bindingNamesShell + `)"} --to; fi ;;
         completion) compadd -- ` + strings.Join(completionShells, " ") + ` ;;
         bench) compadd -- kv queue ;;
         validate|init) _files ;;
@@ -185,7 +191,8 @@ end
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from queue; and not __fish_seen_subcommand_from %s' -a '%s'\n",
 		strings.Join(queueSubcommands, " "), strings.Join(queueSubcommands, " "))
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from %s' -a '(__localcloud_bindings)'\n",
-		strings.Join(append(append([]string{"check", "backup", "restore"}, kvSubcommands...), queueSubcommands...), " "))
+		strings.Join(append(append([]string{"check", "backup", "restore", "migrate"}, kvSubcommands...), queueSubcommands...), " "))
+	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from migrate' -l to -x -a 'jetstream sqlite' -d 'the engine to move to'\n")
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from completion' -a '%s'\n", strings.Join(completionShells, " "))
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from bench' -a 'kv queue'\n")
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from validate init' -F\n")

@@ -77,6 +77,9 @@ func (m *mover) ReadBack(ctx context.Context, ids []int64) (map[int64]qdriver.Pa
 }
 func (m *mover) Close() error { return m.d.Close() }
 
+// dropWait bounds how long DropEmpty waits for a stream to be empty.
+const dropWait = 10 * time.Second
+
 // DropEmpty deletes b's stream (and a queue's stream of last errors) when
 // it holds no message: while up's server runs without JetStream a stream
 // cannot be counted, only seen on disk, so an empty one left behind by
@@ -93,12 +96,25 @@ func (Tools) DropEmpty(ctx context.Context, env *engine.Env, b config.Binding) e
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", Stream(b), err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("read stream %s: %w", Stream(b), err)
-	}
-	if n := info.State.Msgs; n > 0 {
-		return fmt.Errorf("stream %s of %s binding %s still holds %d messages; it is kept", Stream(b), b.Type, b.Name, n)
+	// The acks of the last messages moved out may still be applying: a
+	// work-queue stream drops a message once its ack is processed.
+	for deadline := time.Now().Add(dropWait); ; {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("read stream %s: %w", Stream(b), err)
+		}
+		n := info.State.Msgs
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s of %s binding %s still holds %d messages %s after the move; it is kept", Stream(b), b.Type, b.Name, n, dropWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	if err := js.DeleteStream(ctx, Stream(b)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("delete the emptied stream %s: %w", Stream(b), err)
