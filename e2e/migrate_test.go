@@ -345,3 +345,44 @@ func compareQueue(t *testing.T, name string, want, got map[string]queued, kills 
 		t.Logf("%s: %d messages have more attempts than before (held by a killed export from jetstream)", name, more)
 	}
 }
+
+// TestMigrateLeasedMessages: a message leased to a consumer is not moved:
+// migrate moves the rest and refuses, naming how many and until when; with
+// --wait it waits for the lease and moves it too. The receipt of a message
+// left in the source still acks it there.
+func TestMigrateLeasedMessages(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, "  jobs:\n    type: queue\n")
+	for i := range 4 {
+		mustCLI(t, "queue", "send", "jobs", fmt.Sprint("j", i), "-f", s.file)
+	}
+	receive := func(vis string) string {
+		out := mustCLI(t, "queue", "receive", "jobs", "--visibility", vis, "--json", "-f", s.file)
+		i := strings.Index(out, `"receipt": "`)
+		if i < 0 {
+			t.Fatalf("receive: %s", out)
+		}
+		r := out[i+len(`"receipt": "`):]
+		return r[:strings.IndexByte(r, '"')]
+	}
+	long := receive("10m")
+	code, out, errOut := runCLI(t, "migrate", "jobs", "--to", "jetstream", "-f", s.file)
+	if code != 1 || !strings.Contains(errOut, "1 message leased to consumers") || !strings.Contains(errOut, "stayed in the source; refusing to move them") ||
+		!strings.Contains(errOut, "--wait 10m") {
+		t.Fatalf("migrate with a leased message: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := len(readQueue(t, filepath.Join(s.dataDir(), "queue", "jobs"))); n != 1 {
+		t.Fatalf("the sqlite store holds %d messages after the refusal, want the leased one", n)
+	}
+	// The consumer finishes it where it is.
+	mustCLI(t, "queue", "ack", "jobs", long, "-f", s.file)
+	mustCLI(t, "queue", "send", "jobs", "j4", "-f", s.file)
+	receive("2s")
+	code, out, errOut = runCLI(t, "migrate", "jobs", "--to", "jetstream", "--wait", "8s", "-f", s.file)
+	if code != 0 || !strings.Contains(out, "moved 1 message of jobs") {
+		t.Fatalf("migrate --wait past a 2s lease: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := len(readQueue(t, filepath.Join(s.dataDir(), "queue", "jobs"))); n != 0 {
+		t.Fatalf("the sqlite store holds %d messages after the move", n)
+	}
+}

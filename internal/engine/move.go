@@ -121,8 +121,9 @@ func Stranded(ctx context.Context, env *Env, b config.Binding) error {
 		switch {
 		case err != nil:
 			return fmt.Errorf("%w: %s binding %s is of engine %s, and its %s store (%s) could not be looked at to make sure it holds nothing (%w); "+
-				"localcloud does not switch engines while the old store may hold data: set engine: %s back, run localcloud up%s, then localcloud migrate %s --to %s%s",
-				ErrStranded, b.Type, b.Name, cur, name, ot.Where(ob), err, name, file, b.Name, cur, file)
+				"localcloud does not switch engines while the old store may hold data: move what it holds with localcloud migrate %s --to %s%s "+
+				"(with up stopped, migrate reaches a store of up's embedded server itself), or set engine: %s back",
+				ErrStranded, b.Type, b.Name, cur, name, ot.Where(ob), err, b.Name, cur, file, name)
 		case n > 0:
 			return fmt.Errorf("%w: %s binding %s is now of engine %s, but its %s store (%s) holds %s; "+
 				"localcloud does not switch engines silently (they would no longer be served): move them with localcloud migrate %s --to %s%s, or set engine: %s back",
