@@ -304,7 +304,7 @@ func Imported(ctx context.Context, d driver.Queue, source string) (map[int64]int
 // Import publishes the messages ms of store source that done does not
 // hold, and adds them to done (source id -> sequence here): each with its
 // send time, deliveries, due time (a message schedule), origin and last
-// error. A message's publish carries its source as Nats-Msg-Id too, so a
+// error, all in the one publish. A message's publish carries its source as Nats-Msg-Id too, so a
 // publish repeated within the dedup window adds nothing.
 func Import(ctx context.Context, d driver.Queue, source string, ms []moverec.Message, done map[int64]int64) error {
 	q, ok := d.(*jsQueue)
@@ -342,18 +342,17 @@ func Import(ctx context.Context, d driver.Queue, source string, ms []moverec.Mes
 			if o.LastReceipt != "" {
 				m.Header.Set(hdrOriginReceipt, o.LastReceipt)
 			}
-			if r.LastError != "" {
-				m.Header.Set(hdrOriginLastError, escapeHeader(r.LastError))
-			}
+		}
+		// The last error travels in the message's own header, in the
+		// publish that adds it (an entry in the side stream would be a
+		// second write a kill could separate from the first); a later
+		// failure's entry replaces it, as for a dead letter.
+		if r.LastError != "" {
+			m.Header.Set(hdrOriginLastError, escapeHeader(r.LastError))
 		}
 		ack, err := q.js.PublishMsg(ctx, m, jetstream.WithExpectStream(q.stream))
 		if err != nil {
 			return fmt.Errorf("import message %d of %s into %s: %w", r.ID, source, q.stream, err)
-		}
-		if r.LastError != "" && r.Origin == nil {
-			if err := q.recordLastError(ctx, ack.Sequence, r.LastError); err != nil {
-				return fmt.Errorf("import the last error of message %d of %s: %w", r.ID, source, err)
-			}
 		}
 		done[r.ID] = int64(ack.Sequence)
 	}
