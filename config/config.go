@@ -340,10 +340,18 @@ func (s *Stack) DeadLetterOrigins(name string) []Binding {
 	}
 	var out []Binding
 	if s.origins != nil {
+		ok := true
 		for _, i := range s.origins[name] {
+			if i >= len(s.Bindings) || !isOrigin(s.Bindings[i], name) {
+				ok = false // Bindings was changed after the parse: search it
+				break
+			}
 			out = append(out, s.Bindings[i])
 		}
-		return out
+		if ok {
+			return out
+		}
+		out = nil
 	}
 	for _, o := range s.Bindings {
 		if isOrigin(o, name) {

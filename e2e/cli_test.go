@@ -44,7 +44,7 @@ const cliStack = `  carts:
 
 // allCommands is every subcommand the top-level help and README must list.
 var allCommands = []string{"init", "up", "validate", "env", "run", "status", "kv", "queue", "check", "backup",
-	"restore", "bench", "asyncapi", "completion", "version"}
+	"restore", "migrate", "bench", "asyncapi", "completion", "version"}
 
 func TestCLIVersion(t *testing.T) {
 	t.Parallel()

@@ -137,6 +137,9 @@ _localcloud() {
             elif ((n == 3)); then COMPREPLY=($(compgen -W "$(` + bindingNamesShell("queue") + `)" -- "$cur")); fi ;;
         check|backup|restore)
             COMPREPLY=($(compgen -W "$(` + bindingNamesShell("") + `)" -- "$cur")) ;;
+        migrate)
+            if [[ $prev == --to ]]; then COMPREPLY=($(compgen -W "jetstream sqlite" -- "$cur"));
+            else COMPREPLY=($(compgen -W "$(` + bindingNamesShell("") + `) --to" -- "$cur")); fi ;;
         completion)
             COMPREPLY=($(compgen -W "` + strings.Join(completionShells, " ") + `" -- "$cur")) ;;
         bench)
@@ -186,6 +189,9 @@ _localcloud() {
             if (( CURRENT == 3 )); then compadd -- ` + strings.Join(queueSubcommands, " ") + `;
             elif (( CURRENT == 4 )); then compadd -- ${(f)"$(` + bindingNamesShell("queue") + `)"}; fi ;;
         check|backup|restore) compadd -- ${(f)"$(` + bindingNamesShell("") + `)"} ;;
+        migrate)
+            if [[ ${words[CURRENT-1]} == --to ]]; then compadd -- jetstream sqlite;
+            else compadd -- ${(f)"$(` + bindingNamesShell("") + `)"} --to; fi ;;
         completion) compadd -- ` + strings.Join(completionShells, " ") + ` ;;
         bench) compadd -- kv queue ;;
         validate|init) _files ;;
@@ -223,11 +229,12 @@ end
 		strings.Join(kvSubcommands, " "), strings.Join(kvSubcommands, " "))
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from queue; and not __fish_seen_subcommand_from %s' -a '%s'\n",
 		strings.Join(queueSubcommands, " "), strings.Join(queueSubcommands, " "))
-	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from check backup restore' -a '(__localcloud_bindings)'\n")
+	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from check backup restore migrate' -a '(__localcloud_bindings)'\n")
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from kv; and __fish_seen_subcommand_from %s' -a '(__localcloud_bindings kv)'\n",
 		strings.Join(kvSubcommands, " "))
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from queue; and __fish_seen_subcommand_from %s' -a '(__localcloud_bindings queue)'\n",
 		strings.Join(queueSubcommands, " "))
+	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from migrate' -l to -x -a 'jetstream sqlite' -d 'the engine to move to'\n")
 	fmt.Fprintf(&b, "complete -c localcloud -n '__fish_seen_subcommand_from completion' -a '%s'\n", strings.Join(completionShells, " "))
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from bench' -a 'kv queue'\n")
 	b.WriteString("complete -c localcloud -n '__fish_seen_subcommand_from validate init' -F\n")

@@ -12,6 +12,7 @@
 //	localcloud check       verify every store read-only: marker, schema, integrity, modes
 //	localcloud backup      write a verified online snapshot of a binding's store
 //	localcloud restore     replace a binding's store with a backup (up must be stopped)
+//	localcloud migrate     move a binding's data to its store on another engine
 //	localcloud bench       measure KV and queue throughput and latency
 //	localcloud asyncapi    print the AsyncAPI document of the hint channels
 //	localcloud completion  print a bash, zsh or fish completion script

@@ -58,7 +58,7 @@ func TestOpsCommandsHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"kv", "-h"}, {"kv", "get", "-h"}, {"kv", "scan", "k", "--help"}, {"help", "kv"},
 		{"queue", "--help"}, {"queue", "receive", "-h"}, {"check", "-h"}, {"backup", "-h"},
-		{"restore", "-h"}, {"bench", "-h"}, {"bench", "queue", "-h"},
+		{"restore", "-h"}, {"migrate", "-h"}, {"bench", "-h"}, {"bench", "queue", "-h"},
 	} {
 		code, stdout, stderr := runApp(t, nil, args...)
 		if code != exitOK || !strings.Contains(stdout, "Usage:") || !strings.Contains(stdout, "Example") || stderr != "" {
@@ -94,6 +94,10 @@ func TestOpsUsageMistakesExit2(t *testing.T) {
 		{[]string{"queue", "peek", "-f", stack, "orders-dlq", "--limit", "5000"}, "--limit must be between 1 and 1000"},
 		{[]string{"backup", "-f", stack, "carts"}, "backup needs BINDING DEST"},
 		{[]string{"restore", "-f", stack}, "restore needs BINDING SRC"},
+		{[]string{"migrate", "-f", stack}, "migrate needs BINDING --to ENGINE"},
+		{[]string{"migrate", "-f", stack, "carts", "--to", "postgres"}, `--to must be jetstream or sqlite, got "postgres"`},
+		{[]string{"migrate", "-f", stack, "carts", "--to", "jetstream", "--batch", "0"}, "--batch must be between 1 and 1000, got 0"},
+		{[]string{"migrate", "-f", stack, "carts", "--to", "jetstream", "--wait", "-1s"}, "--wait must be between 0 and 12h, got -1s"},
 		{[]string{"bench", "disk"}, `bench runs kv or queue, got "disk"`},
 		{[]string{"bench", "kv", "--batch", "5"}, "--batch applies to the queue bench only"},
 		{[]string{"bench", "--workers", "0"}, "--workers must be 1-1024"},

@@ -149,6 +149,13 @@ type Tools interface {
 	// Restore replaces b's store with the backup src, keeping the store
 	// it replaced, holding env.Exclusive meanwhile. Refusals as Backup's.
 	Restore(ctx context.Context, env *Env, b config.Binding, src string, now time.Time) (Restored, error)
+	// DropEmpty deletes b's store when it holds nothing, as migrate
+	// leaves a source, where an empty store left in place would still
+	// look like data to a look that cannot count it (a stream while up's
+	// server runs without JetStream). An engine whose empty store counts
+	// as empty everywhere keeps it. A store holding anything is kept and
+	// the error says what it holds.
+	DropEmpty(ctx context.Context, env *Env, b config.Binding) error
 	// ValidReceipt is nil when r is a receipt b's queue could have
 	// issued, else an INVALID_INPUT error saying what is wrong: Ack and
 	// Nack take such a string as never issued, a no-op success, so a tool
@@ -191,6 +198,11 @@ type Handle interface {
 	// error matching ErrNoProbe for a store it cannot watch (Traits.Hints
 	// false, or a store in memory).
 	Probe(ctx context.Context) (Probe, error)
+	// QueueMover returns what `localcloud migrate` reads and writes the
+	// queue's store through (Migrate), holding what it exports from a
+	// queue whose engine must claim messages to read them for lease. Close
+	// it before the handle.
+	QueueMover(ctx context.Context, lease time.Duration) (QueueMover, error)
 	// Close closes the handle and what was opened for it. A store whose
 	// files were replaced since the open is left open (closing could touch
 	// the files now at its path); the error says so.

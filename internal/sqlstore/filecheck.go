@@ -332,8 +332,20 @@ func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 	sh := make([]byte, shmHeaderSize)
 	if err := readAt(shmPath, sh); errors.Is(err, fs.ErrNotExist) {
 		return refuse("there is no " + filepath.Base(shmPath) + " beside it, which every process that writes the WAL keeps until its WAL is checkpointed")
+	} else if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		clear(sh) // shorter than its header: read as zeros, below
 	} else if err != nil {
 		return refuse("its index " + filepath.Base(shmPath) + " cannot be read (" + err.Error() + ")")
+	}
+	// An index whose two header copies are all zeros (or that is shorter
+	// than them) is one the first connection of an open truncated, as
+	// SQLite does before it rebuilds the index from the WAL, and that died
+	// before the rebuild (a process killed while opening the store after a
+	// crash). Only SQLite truncates it, and a localcloud open lets SQLite
+	// see a -wal only after this check accepted it, so the WAL is the one
+	// an earlier open accepted; SQLite rebuilds the index from it.
+	if bytes.Equal(sh[0:96], make([]byte, 96)) {
+		return walOrphan, nil
 	}
 	// The -shm holds two copies of the index header (the second written
 	// first), in native byte order: isInit is byte 12, mxFrame bytes

@@ -769,3 +769,35 @@ func TestForeignObjectErrorNamesTheObject(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestCrashLeftWALWithATruncatedIndex: a process killed while it opened a
+// crashed store, after SQLite's first connection truncated the -shm index
+// and before it rebuilt it from the -wal, leaves the -wal with an index of
+// zeros (or an empty one). The next open accepts it and SQLite rebuilds the
+// index: every committed send is there (localcloud migrate, SIGKILLed at
+// random points, met it).
+func TestCrashLeftWALWithATruncatedIndex(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int64{0, 32768} {
+		t.Run(fmt.Sprintf("shm=%d", size), func(t *testing.T) {
+			t.Parallel()
+			dir := crashedQueue(t)
+			shm := filepath.Join(dir, sqlitequeue.FileName) + "-shm"
+			if err := os.Truncate(shm, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(shm, size); err != nil {
+				t.Fatal(err)
+			}
+			q, err := queue.Open(context.Background(), dir)
+			if err != nil {
+				t.Fatalf("open with a -wal and a zeroed index: %v", err)
+			}
+			defer q.Close()
+			st, err := q.Stats(context.Background())
+			if err != nil || st.Total != crashSends {
+				t.Fatalf("stats %+v, %v; want the %d committed sends", st, err, crashSends)
+			}
+		})
+	}
+}

@@ -77,3 +77,55 @@ func TestProvisioningProgress(t *testing.T) {
 		t.Fatalf("no progress line while opening 200 stores:\n%s", out)
 	}
 }
+
+// BenchmarkStranded is what the engine-change check (engine.Stranded)
+// adds to every binding up opens, at start and on a reload that adds or
+// reopens bindings: one look at the binding's store on the other engine.
+// jetstream=off: a stack of n sqlite KV bindings, up's server without
+// JetStream (a stat of the stream's folder each); jetstream=on: one
+// jetstream binding beside them, so each is a stream lookup.
+func BenchmarkStranded(b *testing.B) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	for _, js := range []bool{false, true} {
+		for _, n := range []int{1000, 2000} {
+			name := fmt.Sprintf("jetstream=off/bindings=%d", n)
+			if js {
+				name = fmt.Sprintf("jetstream=on/bindings=%d", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				if need := uint64(n*fdsPerStore + 1000); need > lim.Cur {
+					b.Skipf("%d stores need about %d open files; the limit is %d", n, need, lim.Cur)
+				}
+				var sb strings.Builder
+				sb.WriteString("version: 1\nname: big\nnotify:\n  listen: 127.0.0.1:0\nbindings:\n")
+				for i := range n {
+					fmt.Fprintf(&sb, "  kv-%05d:\n    type: kv\n", i)
+				}
+				if js {
+					sb.WriteString("  js:\n    type: kv\n    engine: jetstream\n")
+				}
+				file := filepath.Join(b.TempDir(), "stack.yaml")
+				if err := os.WriteFile(file, []byte(sb.String()), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				st, err := config.Load(file)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := Start(ctx, st, Options{Logger: slog.New(slog.DiscardHandler), HealthInterval: -1, NoWatch: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				for b.Loop() {
+					if err := checkStranded(ctx, s.env, st.Bindings); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

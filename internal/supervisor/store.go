@@ -120,12 +120,22 @@ func openAll(ctx context.Context, env *engine.Env, bs []config.Binding, serverUp
 		return nil, err
 	}
 	stores, err := openStores(ctx, env, local)
-	if err != nil || len(remote) == 0 {
-		return stores, err
+	if err != nil {
+		return nil, err
 	}
+	// The server runs before any look at the stores of other engines
+	// (engine.Stranded): a binding moved off jetstream has its old stream
+	// there.
 	if err := serverUp(); err != nil {
 		closeAll(stores, slog.New(slog.DiscardHandler))
 		return nil, err
+	}
+	if err := checkStranded(ctx, env, bs); err != nil {
+		closeAll(stores, slog.New(slog.DiscardHandler))
+		return nil, err
+	}
+	if len(remote) == 0 {
+		return stores, nil
 	}
 	more, err := openStores(ctx, env, remote)
 	if err != nil {
@@ -133,6 +143,35 @@ func openAll(ctx context.Context, env *engine.Env, bs []config.Binding, serverUp
 		return nil, err
 	}
 	return append(stores, more...), nil
+}
+
+// checkStranded fails when a binding of bs changed engine while its store
+// on the other engine holds data (engine.Stranded), every such binding
+// named. Its stores on the other engines are looked at in parallel.
+func checkStranded(ctx context.Context, env *engine.Env, bs []config.Binding) error {
+	errs := make([]error, len(bs))
+	sem := make(chan struct{}, openParallel)
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = engine.Stranded(ctx, env, b)
+		}()
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		return joinErrors(failed)
+	}
+	return nil
 }
 
 // reportProgress logs, every progressEvery until stop is called, how many

@@ -242,7 +242,7 @@ func (q *jsQueue) moveSpent(ctx context.Context, ms []*nats.Msg) {
 const moveTimeout = 30 * time.Second
 
 func (q *jsQueue) moveOne(ctx context.Context, m *nats.Msg) error {
-	d, ok := q.parseAck(m.Reply)
+	d, ok := q.deliveryOf(m)
 	if !ok {
 		return fmt.Errorf("a delivery with ack subject %q", m.Reply)
 	}

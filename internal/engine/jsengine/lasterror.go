@@ -277,7 +277,7 @@ func (q *jsQueue) peekLastErrors(ctx context.Context, out []driver.PeekedMessage
 // without the text: a dead letter matters more than its error.
 func (q *jsQueue) carryLastError(ctx context.Context, m *nats.Msg, dm *nats.Msg) {
 	text := headerLastError(m.Header)
-	if d, ok := q.parseAck(m.Reply); ok && d.delivered >= 2 {
+	if d, ok := q.deliveryOf(m); ok && d.delivered >= 2 {
 		st, err := q.errStreamHandle(ctx)
 		if err == nil && st != nil {
 			var t string

@@ -588,7 +588,7 @@ recv:
 			}
 			break recv // 404 no messages, 408 request expired or pending, 409 ...
 		}
-		d, ok := q.parseAck(m.Reply)
+		d, ok := q.deliveryOf(m)
 		if !ok {
 			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
 		}
@@ -1130,6 +1130,9 @@ func (q *jsQueue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, 
 				pm.Attempt, pm.Delivered = 1, true
 			default:
 				pm.VisibleAt = pm.EnqueuedAt
+			}
+			if n := attemptsBefore(m.Header); n > 0 { // migrate.go
+				pm.Attempt, pm.Delivered = pm.Attempt+int(n), true
 			}
 			out = append(out, pm)
 		}

@@ -48,7 +48,7 @@ func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Dur
 		if m == nil {
 			continue // expired, or a status: look again
 		}
-		d, ok := q.parseAck(m.Reply)
+		d, ok := q.deliveryOf(m)
 		if !ok {
 			return nil, fmt.Errorf("fetch from %s: a delivery with ack subject %q", q.stream, m.Reply)
 		}

@@ -18,9 +18,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings"
@@ -177,6 +181,10 @@ func (Tools) Exists(ctx context.Context, env *engine.Env, b config.Binding) (boo
 		return true, nil
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return false, nil
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, nats.ErrNoResponders):
+		// A server without JetStream answers no API request.
+		return onDisk(env, b)
 	}
 	return false, fmt.Errorf("look up stream %s of %s binding %s: %w", Stream(b), b.Type, b.Name, err)
 }
@@ -190,4 +198,24 @@ func needStream(ctx context.Context, env *engine.Env, b config.Binding) error {
 	}
 	return engine.Hint(fmt.Errorf("%s binding %s has no stream yet (stream %s does not exist on %s)", b.Type, b.Name, Stream(b), where(env.Stack)),
 		"localcloud up -f "+env.Stack.File+" creates every stream")
+}
+
+// onDisk answers Exists while up's embedded server runs without JetStream
+// (no binding of the stack uses it): the stream cannot be read then, but
+// its folder in the server's file store tells whether it was ever made. One
+// that was is an error, as nobody can tell what it holds: the caller fails
+// closed (engine.Stranded).
+func onDisk(env *engine.Env, b config.Binding) (bool, error) {
+	st := env.Stack
+	if st == nil || st.JetStream.External() {
+		return false, fmt.Errorf("look up stream %s of %s binding %s: JetStream is not enabled on the server", Stream(b), b.Type, b.Name)
+	}
+	dir := filepath.Join(st.DataDir, config.JetStreamDir, "jetstream", "$G", "streams", Stream(b))
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("look up stream %s of %s binding %s: %w", Stream(b), b.Type, b.Name, err)
+	}
+	return false, fmt.Errorf("stream %s of %s binding %s is kept in %s, but up's server runs without JetStream (no binding of the stack uses engine jetstream), so what it holds cannot be counted",
+		Stream(b), b.Type, b.Name, dir)
 }
