@@ -29,11 +29,25 @@ BUSY_TIMEOUT_MS = 5000
 STMT_SEND = """INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?3, 0)"""
 STMT_ANY = "SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1"
-STMT_DUE = "SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2"
+STMT_DUE = """WITH head AS MATERIALIZED (SELECT id, enqueued_at FROM (SELECT id, enqueued_at, visible_at FROM messages
+WHERE attempt IS 0 AND visible_at IS NOT enqueued_at ORDER BY enqueued_at, id LIMIT 64) WHERE visible_at <= ?1 LIMIT ?2)
+SELECT id, enqueued_at FROM messages WHERE attempt IS 0 AND visible_at = enqueued_at AND enqueued_at <= ?1
+UNION ALL SELECT id, enqueued_at FROM head WHERE (SELECT COUNT(*) FROM head) = ?2
+UNION ALL SELECT * FROM (SELECT id, enqueued_at FROM messages WHERE attempt IS 0 AND visible_at IS NOT enqueued_at AND visible_at <= ?1
+AND (SELECT COUNT(*) FROM head) < ?2 ORDER BY +enqueued_at, id LIMIT ?2)
+UNION ALL SELECT * FROM (SELECT id, enqueued_at FROM messages WHERE attempt IS NOT 0 AND visible_at <= ?1 ORDER BY +enqueued_at, id LIMIT ?2)
+ORDER BY enqueued_at, id LIMIT ?2"""
 # With a dead-letter policy: do not claim spent messages; localcloud's next
-# receive on the queue moves them (docs/FORMAT.md, "The lc_ tables").
-STMT_DUE_UNSPENT = ("SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 AND attempt < ?3 "
-                    "ORDER BY enqueued_at, id LIMIT ?2")
+# receive on the queue moves them (docs/FORMAT.md, "The lc_ tables"). The
+# select above with "attempt < ?3" in each of its parts.
+STMT_DUE_UNSPENT = ("""WITH head AS MATERIALIZED (SELECT id, enqueued_at FROM (SELECT id, enqueued_at, visible_at, attempt FROM messages
+WHERE attempt IS 0 AND visible_at IS NOT enqueued_at ORDER BY enqueued_at, id LIMIT 64) WHERE visible_at <= ?1 AND attempt < ?3 LIMIT ?2)
+SELECT id, enqueued_at FROM messages WHERE attempt IS 0 AND visible_at = enqueued_at AND enqueued_at <= ?1 AND attempt < ?3
+UNION ALL SELECT id, enqueued_at FROM head WHERE (SELECT COUNT(*) FROM head) = ?2
+UNION ALL SELECT * FROM (SELECT id, enqueued_at FROM messages WHERE attempt IS 0 AND visible_at IS NOT enqueued_at AND visible_at <= ?1
+AND attempt < ?3 AND (SELECT COUNT(*) FROM head) < ?2 ORDER BY +enqueued_at, id LIMIT ?2)
+UNION ALL SELECT * FROM (SELECT id, enqueued_at FROM messages WHERE attempt IS NOT 0 AND visible_at <= ?1 AND attempt < ?3 ORDER BY +enqueued_at, id LIMIT ?2)
+ORDER BY enqueued_at, id LIMIT ?2""")
 STMT_CLAIM = """UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
 receipt_handle = ?2 WHERE id = ?3 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL

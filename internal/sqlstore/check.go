@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -276,7 +277,11 @@ func verifySchema(ctx context.Context, conn *sql.Conn, f Format, v *Verification
 		delete(got, w.label())
 	}
 	var unknown []string
-	for label := range got {
+	for label, o := range got {
+		if o.typ == "index" && slices.Contains(f.Retired, o.name) {
+			v.Notes = append(v.Notes, fmt.Sprintf("localcloud's own %s of an earlier version is still there; localcloud drops it on its next read-write open", label))
+			continue
+		}
 		unknown = append(unknown, label)
 	}
 	sort.Strings(unknown)
@@ -371,8 +376,8 @@ const OwnPrefix = "lc_"
 //   - Every trigger and every view: neither format has one, and a trigger
 //     runs inside localcloud's own writes (an ack that inserts the message
 //     back, a delete that resurrects a key, a put copied into meta).
-//   - Every index the format (spec and localcloud's Extra) does not define,
-//     whatever its name: an index constrains writes (a UNIQUE index refuses
+//   - Every index the format (spec and localcloud's Extra) does not define
+//     nor lists as Retired, whatever its name: an index constrains writes (a UNIQUE index refuses
 //     sends, an expression index fails them).
 //   - Every table the format does not define, unless its name starts with
 //     OwnPrefix: that is localcloud's namespace, and a table of it that this
@@ -381,10 +386,13 @@ const OwnPrefix = "lc_"
 //
 // An object of the format whose SQL differs (drift) is not refused here:
 // another implementation may spell the DDL differently; Verify reports it.
-func foreignObjects(want []schemaObject, got map[string]schemaObject) []schemaObject {
+func foreignObjects(want []schemaObject, retired []string, got map[string]schemaObject) []schemaObject {
 	known := map[string]bool{}
 	for _, w := range want {
 		known[w.label()] = true
+	}
+	for _, name := range retired {
+		known["index "+name] = true
 	}
 	var out []schemaObject
 	for label, o := range got {
@@ -412,7 +420,7 @@ func checkObjects(ctx context.Context, q interface {
 	if err != nil {
 		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema", path)
 	}
-	bad := foreignObjects(want, got)
+	bad := foreignObjects(want, f.Retired, got)
 	if len(bad) == 0 {
 		return nil
 	}

@@ -137,7 +137,7 @@ func TestVerifyReportsDrift(t *testing.T) {
 		{"spec index dropped", true, []string{"DROP INDEX idx_messages_visible"}, "schema-missing index idx_messages_visible", false},
 		{"spec index changed", true, []string{"DROP INDEX idx_messages_visible", "CREATE INDEX idx_messages_visible ON messages (visible_at)"},
 			"schema-changed index idx_messages_visible", false},
-		{"own index dropped is a note", true, []string{"DROP INDEX lc_messages_order"}, "", true},
+		{"own index dropped is a note", true, []string{"DROP INDEX lc_messages_delayed"}, "", true},
 		{"foreign marker", false, []string{"UPDATE meta SET value = 'localkv.v9' WHERE key = 'format'"}, "marker table meta", false},
 		{"no marker row", false, []string{"DELETE FROM meta"}, "marker table meta", false},
 		{"no meta", false, []string{"DROP TABLE meta"}, "marker table meta", false},

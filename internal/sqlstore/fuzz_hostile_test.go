@@ -178,7 +178,7 @@ var hostileOps = []func(e hostileEnv, g *genInput) (string, []any){
 		}
 	},
 	func(e hostileEnv, g *genInput) (string, []any) { // a dropped index
-		return []string{`DROP INDEX idx_messages_visible`, `DROP INDEX lc_messages_order`}[g.pick(2)], nil
+		return []string{`DROP INDEX idx_messages_visible`, `DROP INDEX lc_messages_delayed`}[g.pick(2)], nil
 	},
 	func(e hostileEnv, g *genInput) (string, []any) { // a changed table
 		return []string{`ALTER TABLE messages ADD COLUMN note TEXT`, `ALTER TABLE kv ADD COLUMN note TEXT DEFAULT 'x'`, `ALTER TABLE meta ADD COLUMN note TEXT`}[g.pick(3)], nil

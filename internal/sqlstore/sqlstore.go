@@ -46,6 +46,11 @@ type Format struct {
 	// Extra is DDL of localcloud's own that a spec-exact reader tolerates
 	// (indexes and tables created IF NOT EXISTS).
 	Extra string
+	// Retired names indexes of localcloud's own that earlier versions
+	// created and this one does not use: a store may still hold them until
+	// its next read-write open, which drops them (before Extra) in the
+	// handshake transaction.
+	Retired []string
 	// OpCode is the code of operation errors (KV_OPERATION_FAILED, ...).
 	OpCode bindings.Code
 	// CheckRows, if set, reads the provider rows through conn (read-only)
@@ -537,6 +542,11 @@ func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
 	}
 	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
 		return err
+	}
+	for _, name := range db.Format.Retired {
+		if _, err := tx.Exec(ctx, `DROP INDEX IF EXISTS "`+name+`"`); err != nil {
+			return err
+		}
 	}
 	if db.Format.Extra != "" {
 		if _, err := tx.Exec(ctx, db.Format.Extra); err != nil {

@@ -402,18 +402,6 @@ func (q *jsQueue) deadline(s string, r receipt) (dl time.Time, dead bool) {
 	return r.deadline, false
 }
 
-// exists reports whether the message with stream sequence seq is stored.
-func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
-	_, err := q.st.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("get message %d: %w", seq, err)
-	}
-	return true, nil
-}
-
 // catchUpWait bounds how long a Receive waits for the consumer to see the
 // process's last write to the queue (see Receive).
 const catchUpWait = 500 * time.Millisecond

@@ -20,7 +20,7 @@ func TestFormatDocQuotesEveryStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, stmt := range map[string]string{
-		"MetaDDL": sqlstore.MetaDDL, "Schema": Schema, "OrderIndex": OrderIndex,
+		"MetaDDL": sqlstore.MetaDDL, "Schema": Schema, "Indexes": Indexes,
 		"stmtSend": stmtSend, "stmtSendAt": stmtSendAt, "stmtAny": stmtAny, "stmtDue": stmtDue,
 		"stmtClaimOne": stmtClaimOne, "stmtClaim": stmtClaim, "stmtAck": stmtAck, "stmtNack": stmtNack,
 		"stmtExists": stmtExists, "stmtPurge": stmtPurge, "stmtStats": stmtStats,

@@ -61,19 +61,13 @@ receipt_handle TEXT -- UUID of the CURRENT delivery, NULL if never delivered
 );
 CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);`
 
-// OrderIndex is localcloud's own index. The spec's index leads with
-// visible_at, so the spec's receive select scans and sorts every due row
-// (O(backlog) per receive). This one is in delivery order and covers
-// visible_at, so a receive reads only the rows it returns plus the in-flight
-// rows ahead of them. A spec-exact reader ignores it.
-const OrderIndex = `CREATE INDEX IF NOT EXISTS lc_messages_order ON messages (enqueued_at, id, visible_at);`
-
 var format = sqlstore.Format{
-	Marker: Marker,
-	File:   FileName,
-	Schema: Schema,
-	Extra:  OrderIndex + "\n" + MovesDDL + "\n" + DeliveryDDL,
-	OpCode: bindings.CodeQueueOperationFailed,
+	Marker:  Marker,
+	File:    FileName,
+	Schema:  Schema,
+	Extra:   Indexes + "\n" + MovesDDL + "\n" + DeliveryDDL,
+	Retired: retiredIndexes,
+	OpCode:  bindings.CodeQueueOperationFailed,
 	// A var's initializer may not refer to the var itself (checkRows does
 	// not), so the function is set here directly.
 	CheckRows: checkRows,
@@ -89,21 +83,7 @@ VALUES (?1, ?2, ?3, ?3, 0)`
 	// The spec's send with a later visible_at (WithDelay).
 	stmtSendAt = `INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt)
 VALUES (?1, ?2, ?3, ?4, 0)`
-	stmtDue = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
-	stmtAny = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
-	// The claim of a receive of one message: the spec's select and claim
-	// statement folded into one statement, its own transaction. It claims
-	// only a row it can return (rows.go): enqueued_at < '' holds for
-	// INTEGER and REAL only (TEXT and BLOB sort above every number, NULL
-	// compares to nothing), and the NULL tests, always true on the spec's
-	// schema, are checked on the one row claimed. When it claims nothing
-	// while something is due, stmtOddDue tells whether the batch claim,
-	// which skips such rows, must look.
-	stmtClaimOne = `UPDATE messages
-SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = (SELECT id FROM messages WHERE +visible_at <= ?3 AND enqueued_at < '' ORDER BY enqueued_at, id LIMIT 1)
-AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
-RETURNING id, enqueued_at, payload_type, payload_data, attempt`
+	stmtAny    = `SELECT 1 FROM messages WHERE visible_at <= ?1 LIMIT 1`
 	stmtOddDue = `SELECT 1 FROM messages WHERE visible_at <= ?1
 AND (enqueued_at < '' AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL) IS NOT 1 LIMIT 1`
 	// The spec's claim; the NULL tests (true on the spec's schema) keep it
