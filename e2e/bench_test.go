@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,15 +17,29 @@ import (
 // benchBindings is the size of the stack the startup benchmark brings up.
 const benchBindings = 20
 
+// upReadyRounds is how many times each binary is brought up per mode and
+// benchmark iteration; the figures are medians over them.
+const upReadyRounds = 10
+
 // BenchmarkUpReady20 measures the time from exec of `localcloud up` to its
 // ready line with 20 bindings (10 KV, 10 queues), on a fresh data dir (every
 // store created) and on an existing one (every store opened), and the idle
-// RSS of up with those 20 bindings. Each iteration stops up with SIGTERM;
-// ns/op is the whole cycle, ms/ready the part the target (<= 300 ms) is
-// about.
+// RSS of up with those 20 bindings. One iteration is upReadyRounds rounds;
+// each starts every binary once and stops it with SIGTERM; ms/ready is the
+// median of the rounds, ms/worst-ready the slowest. With
+// LOCALCLOUD_BENCH_BINARY set (a binary of another commit) that binary runs
+// in the same rounds, interleaved (the order alternates from one round to
+// the next), and its figures are reported with the suffix -base, with
+// x-base = median / base median.
+//
+// Run it with -benchtime 1x: one iteration is 20 or 40 starts.
 func BenchmarkUpReady20(b *testing.B) {
 	if binary == "" {
 		b.Skip("no binary")
+	}
+	bins := []benchBin{{name: "", path: binary}}
+	if v := os.Getenv(envBenchBinary); v != "" {
+		bins = append(bins, benchBin{name: "-base", path: v})
 	}
 	var text strings.Builder
 	text.WriteString("version: 1\nname: bench\nnotify:\n  listen: 127.0.0.1:0\nexplorer:\n  listen: 127.0.0.1:0\nbindings:\n")
@@ -45,38 +60,80 @@ func BenchmarkUpReady20(b *testing.B) {
 
 	for _, mode := range []string{"fresh", "existing"} {
 		b.Run(mode, func(b *testing.B) {
-			existing := writeBenchStack(b)
-			if mode == "existing" {
-				stop(b, startReady(b, existing))
-			}
-			var total, worst time.Duration
-			for b.Loop() {
-				file := existing
-				if mode == "fresh" {
-					b.StopTimer()
-					file = writeBenchStack(b)
-					b.StartTimer()
+			existing := make([]string, len(bins)) // each binary's own data dir
+			for i, bin := range bins {
+				existing[i] = writeBenchStack(b)
+				if mode == "existing" {
+					stop(b, startReady(b, bin.path, existing[i]))
 				}
-				u := startReady(b, file)
-				total += u.ready
-				worst = max(worst, u.ready)
-				stop(b, u)
 			}
-			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/ready")
-			b.ReportMetric(float64(worst.Microseconds())/1000, "ms/worst-ready")
+			times := make([][]time.Duration, len(bins))
+			for b.Loop() {
+				for round := range upReadyRounds {
+					for k := range bins {
+						i := k
+						if round%2 == 1 {
+							i = len(bins) - 1 - k
+						}
+						file := existing[i]
+						if mode == "fresh" {
+							b.StopTimer()
+							file = writeBenchStack(b)
+							b.StartTimer()
+						}
+						u := startReady(b, bins[i].path, file)
+						times[i] = append(times[i], u.ready)
+						stop(b, u)
+					}
+				}
+			}
+			medians := make([]float64, len(bins))
+			for i, bin := range bins {
+				medians[i] = ms(median(times[i]))
+				b.ReportMetric(medians[i], "ms/ready"+bin.name)
+				b.ReportMetric(ms(slices.Max(times[i])), "ms/worst-ready"+bin.name)
+			}
+			if len(bins) == 2 {
+				b.ReportMetric(medians[0]/medians[1], "x-base")
+			}
 
 			// Idle RSS: one more up, left alone for a second after ready.
 			b.StopTimer()
-			u := startReady(b, existing)
-			time.Sleep(time.Second) // the measurement's idle period, not a synchronisation
-			rss, err := vmRSS(u.cmd.Process.Pid)
-			stop(b, u)
-			if err != nil {
-				b.Fatal(err)
+			for i, bin := range bins {
+				u := startReady(b, bin.path, existing[i])
+				time.Sleep(time.Second) // the measurement's idle period, not a synchronisation
+				rss, err := vmRSS(u.cmd.Process.Pid)
+				stop(b, u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(rss)/1024, "rss-MiB"+bin.name)
 			}
-			b.ReportMetric(float64(rss)/1024, "rss-MiB")
 		})
 	}
+}
+
+// benchBin is a localcloud binary a benchmark runs; name is the suffix of
+// its metrics.
+type benchBin struct {
+	name, path string
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// median returns the median of ds (the mean of the middle two of an even
+// count); ds is not changed.
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 type benchUp struct {
@@ -85,10 +142,10 @@ type benchUp struct {
 	rest  chan struct{} // closed when stderr is drained
 }
 
-// startReady execs up on file and returns once it logged msg=ready.
-func startReady(b *testing.B, file string) *benchUp {
+// startReady execs bin's up on file and returns once it logged msg=ready.
+func startReady(b *testing.B, bin, file string) *benchUp {
 	b.Helper()
-	cmd := exec.Command(binary, "up", "-f", file)
+	cmd := exec.Command(bin, "up", "-f", file)
 	cmd.Env = environ()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

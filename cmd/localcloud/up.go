@@ -8,6 +8,7 @@ import (
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"sort"
 	"strings"
 	"syscall"
@@ -46,41 +47,56 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
+	stopProfile := c.app.startUpProfile()
+	defer func() { stopProfile() }() // when the start fails
 	// Listen before anything else, so a signal during the start is not lost
 	// (it is handled once the start returns).
 	sigs := make(chan os.Signal, 8)
 	c.app.notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer c.app.stopNotify(sigs)
 
+	r := trace.StartRegion(ctx, "load stack")
 	st, err := c.app.loadStack(*file)
+	r.End()
 	if err != nil {
 		return err
 	}
 	log, natsLog := c.app.loggers(*verbose)
+	r = trace.StartRegion(ctx, "explorer listen")
 	exp, err := listenExplorer(st)
+	r.End()
 	if err != nil {
 		return err
 	}
+	r = trace.StartRegion(ctx, "supervisor start")
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
 		LoadOptions: c.app.loadOptions(),
 		ExplorerURL: exp.url(),
 	})
+	r.End()
 	if err != nil {
 		exp.abort()
 		return startError(err, st)
 	}
-	if err := exp.serve(sup, st, log); err != nil {
+	r = trace.StartRegion(ctx, "explorer serve")
+	err = exp.serve(sup, st, log)
+	r.End()
+	if err != nil {
 		_ = sup.Close()
 		return err
 	}
+	r = trace.StartRegion(ctx, "summary")
 	c.printSummary(sup, st, exp)
+	r.End()
 	attrs := []any{"nats", sup.URL()}
 	if exp != nil {
 		attrs = append(attrs, "explorer", exp.url())
 	}
 	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
+	stopProfile()
+	stopProfile = func() {}
 
 	var stopCause any
 	for stopCause == nil {
