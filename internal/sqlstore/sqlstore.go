@@ -83,6 +83,9 @@ type DB struct {
 	log    *slog.Logger
 	ro     bool
 	goBusy bool // busy waits happen in begin, not in SQLite
+	// empty: the database file was empty (0 bytes, no -wal) when Open
+	// looked at it, a store not created yet.
+	empty bool
 
 	group committer // group commit of Exec and WriteRow (group.go)
 
@@ -129,11 +132,13 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		}
 	}
 	var files storeFiles
+	inspected := false // false: another handle of this process has it open
 	lk, err := acquireLock(abs, f.File, func() error {
 		var p *fileProblem
 		if files, p = inspect(path); p != nil {
 			return refused(path, p)
 		}
+		inspected = true
 		return nil
 	})
 	if err != nil {
@@ -161,7 +166,8 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		wq.Set("_txlock", "immediate")
 	}
 	q.Add("_pragma", "query_only(1)")
-	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
+	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly,
+		empty: inspected && files.header.size == 0 && files.wal == walNone}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
 		return nil, db.openErr(err)
@@ -190,6 +196,17 @@ func checkRecovered(ctx context.Context, path string, f Format) error {
 	}
 	defer c.Close()
 	c.SetMaxOpenConns(1)
+	// A process killed while it created the store (after the switch to
+	// WAL, before the commit of its tables: see handshake) leaves a
+	// database of no tables at all, which the handshake creates like any
+	// new store: nothing of another program can be in it.
+	var objects int
+	if err := c.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema with the -wal a process that ended left beside it", path)
+	}
+	if objects == 0 {
+		return nil
+	}
 	db := &DB{Path: path, Format: f}
 	if err := db.checkMarker(ctx, c); err != nil {
 		return &bindings.Error{Code: bindings.CodeBindingSetupFailed, Err: err, Msg: fmt.Sprintf(
@@ -380,19 +397,30 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 // processes opening one new store at once cannot interleave, and switches
 // the file to WAL only after the marker check passed: a foreign database is
 // left byte for byte as it was.
+//
+// An empty file has nothing to leave as it was, so it is switched first and
+// the schema is created in the WAL: the switch is a rollback-journal
+// transaction (three fsyncs and a -journal created and deleted), and the
+// creation would be a second one (issue 25: half the start of up on fresh
+// stores). Should another process create the store in between, the switch
+// finds it in WAL mode already and changes nothing.
 func (db *DB) handshake(ctx context.Context) error {
+	walFirst := db.empty && db.Dir != ""
+	if walFirst {
+		if err := db.enterWAL(ctx); err != nil {
+			return err
+		}
+	}
 	if err := db.Write(ctx, func(tx *Tx) error { return db.initSchema(ctx, tx) }); err != nil {
 		return err
 	}
 	if db.Dir == "" {
 		return nil // memdb has no WAL
 	}
-	mode, err := db.switchToWAL(ctx)
-	if err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+	if !walFirst {
+		if err := db.enterWAL(ctx); err != nil {
+			return err
+		}
 	}
 	// From here on the writer waits for the write lock in begin, not in
 	// SQLite's busy handler (see there). In WAL mode nothing after a
@@ -401,6 +429,18 @@ func (db *DB) handshake(ctx context.Context) error {
 		return err
 	}
 	db.goBusy = true
+	return nil
+}
+
+// enterWAL switches the file to WAL mode, or fails.
+func (db *DB) enterWAL(ctx context.Context) error {
+	mode, err := db.switchToWAL(ctx)
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+	}
 	return nil
 }
 
