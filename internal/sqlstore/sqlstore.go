@@ -77,6 +77,7 @@ type DB struct {
 	R      *sql.DB       // readers
 	raw    *rawPool      // pinned readers for point reads (rawread.go)
 	ckpt   *checkpointer // background checkpoints (checkpoint.go); nil without a WAL
+	seed   *seeder       // the WAL's seed, written after Open returned (rawread.go); nil without a WAL
 	w      *sql.DB       // pool of the single writer connection
 	wconn  *sql.Conn     // that connection, held for the handle's life
 	lock   *writeLock
@@ -385,10 +386,7 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 			}
 		}
 		db.ckpt = newCheckpointer(wdsn, db.Path, db.lock, db.log)
-		if err := db.seedWAL(ctx); err != nil {
-			// Only reads of a store nobody writes are slower without it.
-			db.log.Debug("seed the WAL", "path", db.Path, "err", err)
-		}
+		db.seed = startSeed(db)
 	}
 	return nil
 }
@@ -646,6 +644,8 @@ func (db *DB) Close() error {
 }
 
 func (db *DB) closeConns() error {
+	// First: the seed writes through the writer and its statements.
+	db.seed.stop()
 	var errs []error
 	db.stmtMu.Lock()
 	for _, st := range db.stmts {
