@@ -41,7 +41,9 @@ const BusyTimeoutMillis = 5000
 type Format struct {
 	Marker string // value of the meta 'format' row, e.g. "localkv.v1"
 	File   string // database file name inside the store directory
-	// Schema is the provider DDL, run after the marker check.
+	// Schema is the provider DDL, run after the marker check. It and
+	// Extra hold only CREATE ... IF NOT EXISTS statements: an open skips
+	// both when every object they create exists.
 	Schema string
 	// Extra is DDL of localcloud's own that a spec-exact reader tolerates
 	// (indexes and tables created IF NOT EXISTS).
@@ -570,8 +572,15 @@ func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
 	}
 	// Before any statement that writes (and so could fire a trigger):
 	// nothing has been written in this transaction yet.
-	if err := checkObjects(ctx, db.wconn, db.Path, db.Format); err != nil {
+	complete, err := checkSchema(ctx, db.wconn, db.Path, db.Format)
+	if err != nil {
 		return err
+	}
+	if complete {
+		// Every object is there: the DDL (CREATE ... IF NOT EXISTS only)
+		// would change nothing, and parsing it is a good part of the
+		// open of an existing store.
+		return nil
 	}
 	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
 		return err
