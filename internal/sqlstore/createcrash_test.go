@@ -100,3 +100,55 @@ func TestKilledWhileCreatingInWAL(t *testing.T) {
 		t.Fatalf("receive after the reopen: %v, %d messages", err, len(msgs))
 	}
 }
+
+// TestOpenCreatesAMissingObject: an open skips the format's DDL only when
+// every object it creates is there; a store missing one of them (here
+// localcloud's own order index, as in a store a spec-exact program wrote)
+// gets it back.
+func TestOpenCreatesAMissingObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "q")
+	q, err := queue.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, sqlitequeue.FileName)
+	index := func() int {
+		db, err := sql.Open("sqlite", "file://"+path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'lc_messages_order'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	db, err := sql.Open("sqlite", "file://"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DROP INDEX lc_messages_order"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := index(); n != 0 {
+		t.Fatalf("the index is still there after DROP INDEX (%d)", n)
+	}
+	if q, err = queue.Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := index(); n != 1 {
+		t.Fatalf("the open did not create the missing index lc_messages_order (%d found)", n)
+	}
+}
