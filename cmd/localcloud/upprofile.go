@@ -11,8 +11,11 @@ import (
 // envUpProfile names a path prefix; when it is set, up records a CPU
 // profile (PREFIX.cpu.pprof, sampled at upProfileHz) and an execution trace
 // (PREFIX.trace) of its start, from the command's first line to the ready
-// line. A developer's tool for issue 25's start-up work, not a documented
-// setting: scripts/profile files are never written unless it is set.
+// line: a developer's tool (README, Benchmarks); nothing is written unless
+// it is set. The runtime prints "cannot set cpu profile rate" once (the
+// rate is set before the profile starts, on purpose), and the kernel's tick
+// caps the samples of a thread, so the profile's times undercount: compare
+// shares, and count CPU time from /proc instead.
 const envUpProfile = "LOCALCLOUD_UP_PROFILE"
 
 // upProfileHz is the CPU profile's sampling rate: a start takes tens of
