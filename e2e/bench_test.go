@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +27,10 @@ const upReadyRounds = 10
 // store created) and on an existing one (every store opened), and the idle
 // RSS of up with those 20 bindings. One iteration is upReadyRounds rounds;
 // each starts every binary once and stops it with SIGTERM; ms/ready is the
-// median of the rounds, ms/worst-ready the slowest. With
+// median of the rounds, ms/worst-ready the slowest, cpu-ms/ready the
+// median CPU time up had used when its ready line was read (every thread,
+// from /proc: what a loaded machine stretches into the wait, and stretches
+// much less itself). With
 // LOCALCLOUD_BENCH_BINARY set (a binary of another commit) that binary runs
 // in the same rounds, interleaved (the order alternates from one round to
 // the next), and its figures are reported with the suffix -base, with
@@ -68,6 +72,7 @@ func BenchmarkUpReady20(b *testing.B) {
 				}
 			}
 			times := make([][]time.Duration, len(bins))
+			cpus := make([][]time.Duration, len(bins))
 			for b.Loop() {
 				for round := range upReadyRounds {
 					for k := range bins {
@@ -83,6 +88,7 @@ func BenchmarkUpReady20(b *testing.B) {
 						}
 						u := startReady(b, bins[i].path, file)
 						times[i] = append(times[i], u.ready)
+						cpus[i] = append(cpus[i], u.cpu)
 						stop(b, u)
 					}
 				}
@@ -92,6 +98,7 @@ func BenchmarkUpReady20(b *testing.B) {
 				medians[i] = ms(median(times[i]))
 				b.ReportMetric(medians[i], "ms/ready"+bin.name)
 				b.ReportMetric(ms(slices.Max(times[i])), "ms/worst-ready"+bin.name)
+				b.ReportMetric(ms(median(cpus[i])), "cpu-ms/ready"+bin.name)
 			}
 			if len(bins) == 2 {
 				b.ReportMetric(medians[0]/medians[1], "x-base")
@@ -139,6 +146,7 @@ func median(ds []time.Duration) time.Duration {
 type benchUp struct {
 	cmd   *exec.Cmd
 	ready time.Duration
+	cpu   time.Duration // CPU time of up when its ready line was read
 	rest  chan struct{} // closed when stderr is drained
 }
 
@@ -179,6 +187,9 @@ func startReady(b *testing.B, bin, file string) *benchUp {
 	}()
 	select {
 	case u.ready = <-ready:
+		if u.cpu, err = procCPU(cmd.Process.Pid); err != nil {
+			b.Fatal(err)
+		}
 	case <-u.rest:
 		b.Fatalf("up ended before ready:\n%s", log.String())
 	case <-time.After(readyTimeout):
@@ -197,6 +208,32 @@ func stop(b *testing.B, u *benchUp) {
 	if err := u.cmd.Wait(); err != nil {
 		b.Fatalf("up after SIGTERM: %v", err)
 	}
+}
+
+// procCPU returns the CPU time pid has run so far, summed over its
+// threads (/proc/<pid>/task/*/schedstat, in nanoseconds).
+func procCPU(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: %q", pid, t.Name(), data)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/task/%s/schedstat: %w", pid, t.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
 }
 
 // vmRSS returns the resident set size of pid in KiB.
