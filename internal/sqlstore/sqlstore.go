@@ -175,7 +175,16 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		lk.release()
 		return nil, db.openErr(err)
 	}
-	if err := db.R.QueryRowContext(ctx, "PRAGMA page_size").Scan(&db.PageSize); err != nil {
+	// On the writer, which is open already: a reader connection is opened
+	// at the first read (each one parses the whole schema), and a KV store
+	// that up only serves has none until an app or the explorer reads.
+	var pageSize *sql.Row
+	if db.wconn != nil {
+		pageSize = db.wconn.QueryRowContext(ctx, "PRAGMA page_size")
+	} else {
+		pageSize = db.R.QueryRowContext(ctx, "PRAGMA page_size")
+	}
+	if err := pageSize.Scan(&db.PageSize); err != nil {
 		_ = db.Close()
 		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the page size", path)
 	}
