@@ -87,6 +87,7 @@ type Supervisor struct {
 
 	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
+	watching     bool // watchAll has run: stores opened since are watched as they open
 	stores       map[string]*store
 	health       string // the owner lock's
 	reloadErr    string
@@ -214,7 +215,6 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	s.hints = s.startHints()
 	for _, x := range stores {
 		s.stores[x.cfg.Name] = x
-		s.watchLocked(x) // s.mu is not needed yet: nothing else runs
 	}
 	r.End()
 
@@ -243,6 +243,8 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		s.wg.Add(1)
 		go s.healthLoop(loopCtx)
 	}
+	s.wg.Add(1)
+	go s.watchAll()
 	return s, nil
 }
 
