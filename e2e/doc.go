@@ -10,5 +10,8 @@
 //
 // Run the startup benchmark with
 //
-//	go test -run '^$' -bench UpReady -benchtime 10x ./e2e
+//	go test -run '^$' -bench UpReady -benchtime 1x ./e2e
+//
+// (one iteration is 10 rounds; LOCALCLOUD_BENCH_BINARY adds another build,
+// interleaved).
 package e2e

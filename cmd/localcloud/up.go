@@ -8,6 +8,7 @@ import (
 	"github.com/localcloud/localcloud/internal/hintserver"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"sort"
 	"strings"
 	"syscall"
@@ -51,18 +52,24 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 	if err := noArgs(fs); err != nil {
 		return err
 	}
+	stopProfile := c.app.startUpProfile()
+	defer func() { stopProfile() }() // when the start fails
 	// Listen before anything else, so a signal during the start is not lost
 	// (it is handled once the start returns).
 	sigs := make(chan os.Signal, 8)
 	c.app.notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer c.app.stopNotify(sigs)
 
+	r := trace.StartRegion(ctx, "load stack")
 	st, err := c.app.loadStack(*file)
+	r.End()
 	if err != nil {
 		return err
 	}
 	log, natsLog := c.app.loggers(*verbose)
+	r = trace.StartRegion(ctx, "explorer listen")
 	exp, err := listenExplorer(st)
+	r.End()
 	if err != nil {
 		return err
 	}
@@ -80,6 +87,7 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		log.Warn("the default SQS port is taken; using a free port instead (set sqs.listen to choose one)",
 			"default", st.SQS.Listen, "sqs", sqs.endpoint())
 	}
+	r = trace.StartRegion(ctx, "supervisor start")
 	sup, err := supervisor.Start(ctx, st, supervisor.Options{
 		Logger:      log,
 		NATSLogger:  natsLog,
@@ -87,22 +95,31 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		ExplorerURL: exp.url(),
 		SQSEndpoint: sqs.endpoint(),
 	})
+	r.End()
 	if err != nil {
 		exp.abort()
 		sqs.abort()
 		return startError(err, st)
 	}
-	if err := exp.serve(sup, st, log); err != nil {
+	r = trace.StartRegion(ctx, "explorer serve")
+	err = exp.serve(sup, st, log)
+	r.End()
+	if err != nil {
 		sqs.abort()
 		_ = sup.Close()
 		return err
 	}
-	if err := sqs.serve(sup, st, log); err != nil {
+	r = trace.StartRegion(ctx, "sqs serve")
+	err = sqs.serve(sup, st, log)
+	r.End()
+	if err != nil {
 		exp.close(shutdownTimeout / 4)
 		_ = sup.Close()
 		return err
 	}
+	r = trace.StartRegion(ctx, "summary")
 	c.printSummary(sup, st, exp, sqs)
+	r.End()
 	attrs := []any{"nats", sup.URL()}
 	if exp != nil {
 		attrs = append(attrs, "explorer", exp.url())
@@ -111,6 +128,8 @@ func (c *upCommand) Run(ctx context.Context, args []string) error {
 		attrs = append(attrs, "sqs", sqs.endpoint())
 	}
 	log.Info(readyMsg, append(attrs, "stack", st.Name, "bindings", len(st.Bindings), "pid", os.Getpid())...)
+	stopProfile()
+	stopProfile = func() {}
 
 	var stopCause any
 	var stopSig os.Signal

@@ -412,24 +412,40 @@ func foreignObjects(want []schemaObject, retired []string, got map[string]schema
 func checkObjects(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, path string, f Format) error {
+	_, err := checkSchema(ctx, q, path, f)
+	return err
+}
+
+// checkSchema is checkObjects that also reports whether every object the
+// format's DDL creates (Schema and Extra) is there already, by type and
+// name: then running the DDL would change nothing.
+func checkSchema(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, path string, f Format) (complete bool, err error) {
 	want, err := expectedSchema(ctx, f)
 	if err != nil {
-		return fmt.Errorf("build the expected schema of %s: %w", f.Marker, err)
+		return false, fmt.Errorf("build the expected schema of %s: %w", f.Marker, err)
 	}
 	got, err := readSchema(ctx, q)
 	if err != nil {
-		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema", path)
+		return false, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema", path)
 	}
 	bad := foreignObjects(want, f.Retired, got)
 	if len(bad) == 0 {
-		return nil
+		complete = true
+		for _, w := range want {
+			if _, ok := got[w.label()]; !ok {
+				complete = false
+			}
+		}
+		return complete, nil
 	}
 	var names, drops []string
 	for _, o := range bad {
 		names = append(names, fmt.Sprintf("%s %q (%s)", o.typ, o.name, clip(strings.Join(strings.Fields(o.raw), " "), 120)))
 		drops = append(drops, fmt.Sprintf("DROP %s %q;", strings.ToUpper(o.typ), o.name))
 	}
-	return bindings.Errorf(bindings.CodeBindingSetupFailed,
+	return false, bindings.Errorf(bindings.CodeBindingSetupFailed,
 		"open store %q: the database holds %s, not part of %s nor localcloud's own; a trigger, view, index or table of another program would run inside or constrain localcloud's writes, so the store was refused and its files were left untouched: if you trust the file, remove it (%s), else restore a backup",
 		path, strings.Join(names, ", "), f.Marker, strings.Join(drops, " "))
 }

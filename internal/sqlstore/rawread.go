@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Point reads (a KV Get or Exists) go to the driver directly, on reader
@@ -167,6 +168,13 @@ func (db *DB) ReadRow(ctx context.Context, query string, args []driver.NamedValu
 // a sixth of a point read). A store that is only read after it was opened,
 // such as an app's configuration, would pay that on every read until
 // someone writes.
+//
+// The seed is written by a goroutine of its own (startSeed), after Open
+// returned: it is a write transaction, and the first one into a new WAL
+// syncs the WAL's header and its directory, two fsyncs that made up a good
+// part of opening an existing store (issue 25: up opens 20 at its start).
+// A write of the caller's that comes first seeds the WAL itself, and the
+// goroutine then finds it non-empty and writes nothing.
 func (db *DB) seedWAL(ctx context.Context) error {
 	fi, err := os.Stat(db.Path + "-wal")
 	if err != nil || fi.Size() > 0 {
@@ -179,4 +187,38 @@ func (db *DB) seedWAL(ctx context.Context) error {
 		_, err := tx.Exec(ctx, `DELETE FROM meta WHERE key = 'localcloud.seed'`)
 		return err
 	})
+}
+
+// seeder is the goroutine that writes the seed of one handle.
+type seeder struct {
+	closing atomic.Bool // the handle closes: a seed not begun is not written
+	done    chan struct{}
+}
+
+// startSeed seeds db's WAL in the background (see seedWAL).
+func startSeed(db *DB) *seeder {
+	s := &seeder{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		if s.closing.Load() {
+			return
+		}
+		// Not cut short by the close once begun: it is one small
+		// transaction, and the close waits for it.
+		if err := db.seedWAL(context.Background()); err != nil {
+			// Only reads of a store nobody writes are slower without it.
+			db.log.Debug("seed the WAL", "path", db.Path, "err", err)
+		}
+	}()
+	return s
+}
+
+// stop keeps a seed not begun from being written and waits for the
+// goroutine to end. Safe on nil and more than once.
+func (s *seeder) stop() {
+	if s == nil {
+		return
+	}
+	s.closing.Store(true)
+	<-s.done
 }

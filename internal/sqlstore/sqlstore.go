@@ -41,7 +41,9 @@ const BusyTimeoutMillis = 5000
 type Format struct {
 	Marker string // value of the meta 'format' row, e.g. "localkv.v1"
 	File   string // database file name inside the store directory
-	// Schema is the provider DDL, run after the marker check.
+	// Schema is the provider DDL, run after the marker check. It and
+	// Extra hold only CREATE ... IF NOT EXISTS statements: an open skips
+	// both when every object they create exists.
 	Schema string
 	// Extra is DDL of localcloud's own that a spec-exact reader tolerates
 	// (indexes and tables created IF NOT EXISTS).
@@ -82,12 +84,16 @@ type DB struct {
 	R      *sql.DB       // readers
 	raw    *rawPool      // pinned readers for point reads (rawread.go)
 	ckpt   *checkpointer // background checkpoints (checkpoint.go); nil without a WAL
+	seed   *seeder       // the WAL's seed, written after Open returned (rawread.go); nil without a WAL
 	w      *sql.DB       // pool of the single writer connection
 	wconn  *sql.Conn     // that connection, held for the handle's life
 	lock   *writeLock
 	log    *slog.Logger
 	ro     bool
 	goBusy bool // busy waits happen in begin, not in SQLite
+	// empty: the database file was empty (0 bytes, no -wal) when Open
+	// looked at it, a store not created yet.
+	empty bool
 
 	group committer // group commit of Exec and WriteRow (group.go)
 
@@ -134,11 +140,13 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		}
 	}
 	var files storeFiles
+	inspected := false // false: another handle of this process has it open
 	lk, err := acquireLock(abs, f.File, func() error {
 		var p *fileProblem
 		if files, p = inspect(path); p != nil {
 			return refused(path, p)
 		}
+		inspected = true
 		return nil
 	})
 	if err != nil {
@@ -166,12 +174,22 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		wq.Set("_txlock", "immediate")
 	}
 	q.Add("_pragma", "query_only(1)")
-	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
+	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly,
+		empty: inspected && files.header.size == 0 && files.wal == walNone}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
 		return nil, db.openErr(err)
 	}
-	if err := db.R.QueryRowContext(ctx, "PRAGMA page_size").Scan(&db.PageSize); err != nil {
+	// On the writer, which is open already: a reader connection is opened
+	// at the first read (each one parses the whole schema), and a KV store
+	// that up only serves has none until an app or the explorer reads.
+	var pageSize *sql.Row
+	if db.wconn != nil {
+		pageSize = db.wconn.QueryRowContext(ctx, "PRAGMA page_size")
+	} else {
+		pageSize = db.R.QueryRowContext(ctx, "PRAGMA page_size")
+	}
+	if err := pageSize.Scan(&db.PageSize); err != nil {
 		_ = db.Close()
 		return nil, bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the page size", path)
 	}
@@ -195,6 +213,17 @@ func checkRecovered(ctx context.Context, path string, f Format) error {
 	}
 	defer c.Close()
 	c.SetMaxOpenConns(1)
+	// A process killed while it created the store (after the switch to
+	// WAL, before the commit of its tables: see handshake) leaves a
+	// database of no tables at all, which the handshake creates like any
+	// new store: nothing of another program can be in it.
+	var objects int
+	if err := c.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+		return bindings.Wrap(bindings.CodeBindingSetupFailed, err, "open store %q: read the schema with the -wal a process that ended left beside it", path)
+	}
+	if objects == 0 {
+		return nil
+	}
 	db := &DB{Path: path, Format: f}
 	if err := db.checkMarker(ctx, c); err != nil {
 		return &bindings.Error{Code: bindings.CodeBindingSetupFailed, Err: err, Msg: fmt.Sprintf(
@@ -373,10 +402,7 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 			}
 		}
 		db.ckpt = newCheckpointer(wdsn, db.Path, db.lock, db.log)
-		if err := db.seedWAL(ctx); err != nil {
-			// Only reads of a store nobody writes are slower without it.
-			db.log.Debug("seed the WAL", "path", db.Path, "err", err)
-		}
+		db.seed = startSeed(db)
 	}
 	return nil
 }
@@ -385,19 +411,30 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 // processes opening one new store at once cannot interleave, and switches
 // the file to WAL only after the marker check passed: a foreign database is
 // left byte for byte as it was.
+//
+// An empty file has nothing to leave as it was, so it is switched first and
+// the schema is created in the WAL: the switch is a rollback-journal
+// transaction (three fsyncs and a -journal created and deleted), and the
+// creation would be a second one (issue 25: half the start of up on fresh
+// stores). Should another process create the store in between, the switch
+// finds it in WAL mode already and changes nothing.
 func (db *DB) handshake(ctx context.Context) error {
+	walFirst := db.empty && db.Dir != ""
+	if walFirst {
+		if err := db.enterWAL(ctx); err != nil {
+			return err
+		}
+	}
 	if err := db.Write(ctx, func(tx *Tx) error { return db.initSchema(ctx, tx) }); err != nil {
 		return err
 	}
 	if db.Dir == "" {
 		return nil // memdb has no WAL
 	}
-	mode, err := db.switchToWAL(ctx)
-	if err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+	if !walFirst {
+		if err := db.enterWAL(ctx); err != nil {
+			return err
+		}
 	}
 	// From here on the writer waits for the write lock in begin, not in
 	// SQLite's busy handler (see there). In WAL mode nothing after a
@@ -406,6 +443,18 @@ func (db *DB) handshake(ctx context.Context) error {
 		return err
 	}
 	db.goBusy = true
+	return nil
+}
+
+// enterWAL switches the file to WAL mode, or fails.
+func (db *DB) enterWAL(ctx context.Context) error {
+	mode, err := db.switchToWAL(ctx)
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q after asking for WAL", mode)
+	}
 	return nil
 }
 
@@ -537,8 +586,15 @@ func (db *DB) initSchema(ctx context.Context, tx *Tx) error {
 	}
 	// Before any statement that writes (and so could fire a trigger):
 	// nothing has been written in this transaction yet.
-	if err := checkObjects(ctx, db.wconn, db.Path, db.Format); err != nil {
+	complete, err := checkSchema(ctx, db.wconn, db.Path, db.Format)
+	if err != nil {
 		return err
+	}
+	if complete {
+		// Every object is there: the DDL (CREATE ... IF NOT EXISTS only)
+		// would change nothing, and parsing it is a good part of the
+		// open of an existing store.
+		return nil
 	}
 	if _, err := tx.Exec(ctx, db.Format.Schema); err != nil {
 		return err
@@ -616,6 +672,8 @@ func (db *DB) Close() error {
 }
 
 func (db *DB) closeConns() error {
+	// First: the seed writes through the writer and its statements.
+	db.seed.stop()
 	var errs []error
 	db.stmtMu.Lock()
 	for _, st := range db.stmts {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"slices"
 	"sync"
 	"time"
@@ -89,6 +90,7 @@ type Supervisor struct {
 
 	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
+	watching     bool // watchAll has run: stores opened since are watched as they open
 	stores       map[string]*store
 	health       string // the owner lock's
 	reloadErr    string
@@ -150,7 +152,9 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	if err := os.MkdirAll(st.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	r := trace.StartRegion(ctx, "owner lock")
 	lock, err := acquireOwnerLock(st.DataDir)
+	r.End()
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +178,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	}
 	s.warnDurability(st)
 	go func() {
+		defer trace.StartRegion(ctx, "nats start").End()
 		srv, err := hintserver.StartServer(ctx, so)
 		natsDone <- natsResult{srv, err}
 	}()
@@ -189,9 +194,13 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		s.nats = nr.srv
 		return nr.err
 	}
+	r = trace.StartRegion(ctx, "open stores")
 	stores, storeErr := openAll(ctx, s.env, st.Bindings, serverUp)
+	r.End()
 	if !waited {
+		r = trace.StartRegion(ctx, "wait nats")
 		_ = serverUp()
+		r.End()
 	}
 	if storeErr != nil || nr.err != nil {
 		for _, x := range stores {
@@ -205,16 +214,19 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		}
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
+	r = trace.StartRegion(ctx, "hints")
 	s.hints = s.startHints()
 	for _, x := range stores {
 		s.stores[x.cfg.Name] = x
-		s.watchLocked(x) // s.mu is not needed yet: nothing else runs
 	}
+	r.End()
 
+	r = trace.StartRegion(ctx, "health and runtime.json")
 	s.mu.Lock()
 	s.checkHealthLocked(false)
 	err = s.writeRuntimeLocked()
 	s.mu.Unlock()
+	r.End()
 	if err != nil {
 		s.closeResources()
 		return nil, err
@@ -222,6 +234,8 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	r = trace.StartRegion(ctx, "watcher")
+	defer r.End()
 	if !opts.NoWatch && st.File != "" {
 		if err := s.startWatcher(loopCtx); err != nil {
 			// Not fatal: SIGHUP still reloads.
@@ -232,6 +246,8 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		s.wg.Add(1)
 		go s.healthLoop(loopCtx)
 	}
+	s.wg.Add(1)
+	go s.watchAll()
 	return s, nil
 }
 
