@@ -22,7 +22,7 @@ func TestQueueConformance(t *testing.T) {
 		nc := connect(t)
 		loc := freshName("q")
 		open := func(t *testing.T, loc string, opts ...queue.Option) *queue.Queue {
-			q, err := queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, loc, opts...)
+			q, err := queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc}, loc, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,7 +34,7 @@ func TestQueueConformance(t *testing.T) {
 				return open(t, loc+"-"+name, opts...)
 			},
 			TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
-				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, loc, opts...)
+				return queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc}, loc, opts...)
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,

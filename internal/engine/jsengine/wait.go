@@ -11,7 +11,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
-var _ driver.WaitReceiver = (*jsQueue)(nil)
+var _ driver.WaitReceiver = (*Queue)(nil)
 
 // longPollChunk bounds one long-poll pull request: a request the server
 // lost (its consumer's leader moved) costs at most this long a wake-up.
@@ -30,7 +30,7 @@ const longPollChunk = 5 * time.Second
 // back: a goroutine keeps its inbox until the request expires and releases
 // (a plain Nak) what the server delivers to it meanwhile, so nothing stays
 // hidden; that release counts a delivery the caller never saw.
-func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]driver.Message, error) {
+func (q *Queue) ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]driver.Message, error) {
 	end := time.Now().Add(wait)
 	for {
 		out, err := q.Receive(ctx, max, lease)
@@ -73,7 +73,7 @@ func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Dur
 // longPoll sends one pull request for one message expiring after d and
 // waits for its answer: the delivery, or nil when it expired (or the
 // server answered with another status).
-func (q *jsQueue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, error) {
+func (q *Queue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (q *jsQueue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, err
 // releaseAbandoned keeps the inbox of a pull request whose waiter gave up
 // until the request expires, and Naks (redelivers at once) a message the
 // server delivers to it meanwhile.
-func (q *jsQueue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
+func (q *Queue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
 	defer sub.Unsubscribe()
 	ctx, cancel := context.WithDeadline(context.Background(), expires.Add(time.Second))
 	defer cancel()
@@ -151,7 +151,7 @@ func (q *jsQueue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
 }
 
 // leaseOne gives the delivery m its own lease, as pull does for each.
-func (q *jsQueue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration) (driver.Message, error) {
+func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration) (driver.Message, error) {
 	deadline := time.Now().Add(lease)
 	if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
 		return driver.Message{}, fmt.Errorf("set lease of message %d: %w", d.seq, err)
