@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,6 +102,10 @@ func (q *Queue) ackLive(ctx context.Context, s string, r receipt) error {
 // the consumer is gone (the stream or consumer was deleted), which ends it
 // at once.
 func (q *Queue) requestAck(ctx context.Context, s string, r receipt) error {
+	if refusedAck(q.stream, r.seq) {
+		<-ctx.Done() // as if the consumer's reply were lost
+		return fmt.Errorf("ack message %d: no reply (injected fault): %w", r.seq, ctx.Err())
+	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		_, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK"))
 		if !errors.Is(err, nats.ErrNoResponders) {
@@ -127,138 +133,19 @@ func (q *Queue) requestAck(ctx context.Context, s string, r receipt) error {
 	}
 }
 
-// AckBatch decides each receipt's outcome as Ack decides it, with the
-// requests of the batch in flight together (JetStream acks one delivery
-// per request). Whether each message is still stored comes from one
-// stream read for the whole batch (a presence, presence.go), or from a get
-// each when the stream's deleted list is too long for that; then each live
-// receipt's ack, concurrently; on a replicated stream AckBatch then waits
-// until the stream no longer holds the acked messages, as Ack does (one
-// stream read per check for all of them). A receipt twice in one batch, or
-// two receipts of one message, ack it once: the later ones are AckGone. On
-// an error some of the batch may be acked; Consume then acks each message
-// on its own, and an acked one is AckGone/a no-op then.
-func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
-	if err := q.check(true); err != nil {
-		return nil, err
-	}
-	out := make([]driver.AckOutcome, len(receipts))
-	rs := make([]receipt, len(receipts))
-	live := make([]bool, len(receipts))
-	var idx []int // parsed receipts
-	for i, s := range receipts {
-		r, ok := q.parseReceipt(s)
-		if !ok {
-			out[i] = driver.AckGone // never issued: a no-op, as the format specifies
-			continue
-		}
-		rs[i], live[i] = r, q.live(s, r)
-		idx = append(idx, i)
-	}
-	if len(idx) == 0 {
-		return out, nil
-	}
-	// Is each message still stored: a live receipt acked already, by a
-	// handle that shared it, or purged, is gone, and JetStream would take
-	// a second +ACK without a word. The first live receipt of a message
-	// acks it; later receipts of it in the batch are gone.
-	first := make(map[uint64]int, len(idx))
-	for _, i := range idx {
-		if _, dup := first[rs[i].seq]; !dup && live[i] {
-			first[rs[i].seq] = i
-		}
-	}
-	var p *presence
-	if len(idx) > 1 {
-		var err error
-		if p, err = q.readPresence(ctx); err != nil {
-			return nil, err
-		}
-	}
-	acked := make([]bool, len(receipts))
-	if err := parallel(len(idx), func(k int) error {
-		i := idx[k]
-		var held bool
-		if p != nil {
-			held = p.holds(rs[i].seq)
-		} else {
-			var err error
-			if held, err = q.exists(ctx, rs[i].seq); err != nil {
-				return err
-			}
-		}
-		switch {
-		case !held:
-			out[i] = driver.AckGone
-			return nil
-		case !live[i]:
-			out[i] = driver.AckStale
-			return nil
-		case first[rs[i].seq] != i:
-			// Acked by its first receipt in the batch (decided before
-			// the re-check below: that ack, running in parallel, makes
-			// this receipt dead in the handle).
-			out[i] = driver.AckGone
-			return nil
-		case !q.live(receipts[i], rs[i]): // stale by now
-			out[i] = driver.AckStale
-			return nil
-		}
-		if err := q.ackLive(ctx, receipts[i], rs[i]); errors.Is(err, driver.ErrStaleReceipt) {
-			out[i] = driver.AckStale // no server took it (requestAck)
-			return nil
-		} else if err != nil {
-			return err
-		}
-		out[i], acked[i] = driver.AckCurrent, true
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if !q.replicated {
-		return out, nil
-	}
-	var seqs []uint64
-	for i, a := range acked {
-		if a {
-			seqs = append(seqs, rs[i].seq)
-		}
-	}
-	if len(seqs) == 0 {
-		return out, nil
-	}
-	if err := q.waitAllGone(ctx, seqs); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
+// refusedAcks holds the "<stream> <seq>" whose acks get no reply: the
+// tests' fault injection (export_test.go's RefuseAck), as if the
+// consumer's answer were lost. refusing counts them, so an ack reads the
+// map only while a test set one.
+var (
+	refusedAcks sync.Map
+	refusing    atomic.Int32
+)
 
-// parallel runs f(0..n-1) concurrently, at most 16 at a time, and returns
-// the first error.
-func parallel(n int, f func(k int) error) error {
-	if n == 1 {
-		return f(0)
+func refusedAck(stream string, seq uint64) bool {
+	if refusing.Load() == 0 {
+		return false
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	sem := make(chan struct{}, 16)
-	for k := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := f(k); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return first
+	_, ok := refusedAcks.Load(stream + " " + strconv.FormatUint(seq, 10))
+	return ok
 }

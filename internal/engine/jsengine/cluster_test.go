@@ -176,6 +176,7 @@ func TestQueueConformanceCluster(t *testing.T) {
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
 }

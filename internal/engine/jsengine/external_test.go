@@ -246,6 +246,7 @@ func TestQueueConformanceExternal(t *testing.T) {
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
 }

@@ -38,6 +38,26 @@ func TestQueueConformance(t *testing.T) {
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
+}
+
+// refuseAcks is the suite's RefuseAcks on the queue loc: the acks of the
+// message with that data get no reply (jsengine.RefuseAck).
+func refuseAcks(loc string) func(t *testing.T, q *queue.Queue, data string) (undo func()) {
+	return func(t *testing.T, q *queue.Queue, data string) func() {
+		t.Helper()
+		ms, err := q.Peek(t.Context(), queue.MaxPeekLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Payload.Data == data {
+				return jsengine.RefuseAck(loc, uint64(m.ID))
+			}
+		}
+		t.Fatalf("no message %q to refuse the acks of", data)
+		return nil
+	}
 }
