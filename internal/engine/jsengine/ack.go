@@ -26,7 +26,7 @@ func (q *Queue) Ack(ctx context.Context, s string) error {
 	if !ok {
 		return nil // never issued: a no-op, as the format specifies
 	}
-	if !q.live(s, r) {
+	if !q.live(ctx, s, r) {
 		gone, err := q.gone(ctx, r)
 		if err != nil || gone {
 			if err == nil && ackPath != nil {
@@ -112,18 +112,23 @@ func (q *Queue) requestAck(ctx context.Context, s string, r receipt) error {
 			return err
 		}
 		ictx, cancel := context.WithTimeout(ctx, readTry)
-		_, ierr := q.cons.Info(ictx)
+		tok, ierr := q.readIncarnation(ictx)
 		cancel()
 		if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("no server took the ack of message %d: the queue's consumer is gone: %w", r.seq, ierr)
+		}
+		if ierr == nil && tok != r.inc {
+			// A new leader answers: nothing took the ack, and the
+			// receipt is of the last one (incarnation.go).
+			return fmt.Errorf("%w: no server took the ack of message %d before the consumer's leader changed (%v)", driver.ErrStaleReceipt, r.seq, err)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		}
-		if !q.live(s, r) {
+		if !q.live(ctx, s, r) {
 			// Certain: nothing took an ack, the message is delivered again.
-			return fmt.Errorf("%w: no server took the ack of message %d before the lease ended (%v)", driver.ErrStaleReceipt, r.seq, err)
+			return fmt.Errorf("%w: no server took the ack of message %d before the lease ended or the consumer's incarnation changed (%v)", driver.ErrStaleReceipt, r.seq, err)
 		}
 		if ctx.Err() != nil {
 			// The caller's deadline, not the lease: nothing took the ack

@@ -49,7 +49,7 @@ func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOu
 			out[i] = driver.AckGone // never issued: a no-op, as the format specifies
 			continue
 		}
-		rs[i], live[i] = r, q.live(s, r)
+		rs[i], live[i] = r, q.live(ctx, s, r)
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
@@ -143,7 +143,7 @@ func (q *Queue) held(ctx context.Context, idx []int, rs []receipt) ([]bool, erro
 // whether this call's ack was confirmed, and an error only for an ack that
 // could not be settled (see AckBatch).
 func (q *Queue) ackOne(ctx context.Context, s string, r receipt) (driver.AckOutcome, bool, error) {
-	if !q.live(s, r) { // stale by now
+	if !q.live(ctx, s, r) { // stale by now
 		return driver.AckStale, false, nil
 	}
 	err := q.ackLive(ctx, s, r)
@@ -164,7 +164,7 @@ func (q *Queue) ackOne(ctx context.Context, s string, r receipt) (driver.AckOutc
 		switch {
 		case rerr == nil && !stored:
 			return driver.AckCurrent, false, nil // deleted: by this ack, its reply lost, or meanwhile
-		case rerr == nil && !q.live(s, r):
+		case rerr == nil && !q.live(ctx, s, r):
 			return driver.AckStale, false, nil // still stored, the lease over: delivered again
 		case rerr == nil:
 			err = q.ackLive(ctx, s, r) // still stored and live: ack again

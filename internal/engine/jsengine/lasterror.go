@@ -95,7 +95,7 @@ func (q *Queue) NackFailed(ctx context.Context, s string, delay time.Duration, l
 		return err
 	}
 	r, ok := q.parseReceipt(s)
-	if ok && lastError != "" && q.live(s, r) {
+	if ok && lastError != "" && q.live(ctx, s, r) {
 		if err := q.recordLastError(ctx, r.seq, cutText(lastError)); err != nil {
 			// The retry schedule matters more than the text: nack anyway.
 			q.dl.log.Warn("jetstream queue: cannot record a failed delivery's last error; nacking it without",

@@ -121,6 +121,9 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), ident: serverIdentity(e.Conn), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
+	if err := q.watchIncarnation(); err != nil { // incarnation.go
+		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
+	}
 	return q, nil
 }
 

@@ -50,6 +50,9 @@ type Queue struct {
 	ident string
 	// presence: how AckBatch reads the stream (presence.go).
 	presence presenceState
+	// inc: the consumer's incarnation, which receipts carry
+	// (incarnation.go).
+	inc      incarnations
 	notifier interface{ MessageDue() }
 	readOnly bool
 	dl       *deadLetters // the policy and move targets (deadletter.go)
@@ -188,6 +191,9 @@ func (q *Queue) Close() error {
 	if !q.closed {
 		q.closed = true
 		close(q.done)
+		if q.inc.sub != nil {
+			_ = q.inc.sub.Unsubscribe()
+		}
 	}
 	return nil
 }

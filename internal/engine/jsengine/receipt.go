@@ -1,10 +1,12 @@
 package jsengine
 
-// Receipts: the form "js1:<deadline ms>:<lease ms>:<ack subject>", what an
+// Receipts: the form "js1:<deadline ms>:<lease ms>:<incarnation>:<ack
+// subject>" (incarnation.go), what an
 // ack subject says about its delivery, and the handle's record of the
 // receipts it acked, nacked or extended.
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
@@ -13,12 +15,19 @@ import (
 // receiptPrefix starts every receipt this engine issues.
 const receiptPrefix = "js1:"
 
-// receipt is a parsed receipt: "js1:<deadline ms>:<lease ms>:<ack subject>".
+// receipt is a parsed receipt: "js1:<deadline ms>:<lease ms>:<incarnation>:<ack subject>".
 type receipt struct {
 	deadline time.Time
 	lease    time.Duration
+	inc      string // the incarnation it was issued under (incarnation.go)
 	reply    string
 	seq      uint64
+}
+
+// formatReceipt is the receipt of a delivery whose ack subject is reply.
+func formatReceipt(deadline time.Time, lease time.Duration, inc, reply string) string {
+	return receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) +
+		":" + inc + ":" + reply
 }
 
 // parseReceipt reads a receipt of this queue; ok is false for anything this
@@ -28,21 +37,24 @@ func (q *Queue) parseReceipt(s string) (receipt, bool) {
 	if !ok {
 		return receipt{}, false
 	}
-	parts := strings.SplitN(rest, ":", 3)
-	if len(parts) != 3 || strings.ContainsAny(parts[2], " \t\r\n") {
+	parts := strings.SplitN(rest, ":", 4)
+	if len(parts) != 4 || strings.ContainsAny(parts[3], " \t\r\n") {
 		return receipt{}, false // a subject has no white space: not one we issued
+	}
+	if inc := parts[2]; inc != noIncarnation && (len(inc) != 16 || strings.Trim(inc, "0123456789abcdef") != "") {
+		return receipt{}, false
 	}
 	dl, err1 := strconv.ParseInt(parts[0], 10, 64)
 	ls, err2 := strconv.ParseInt(parts[1], 10, 64)
 	if err1 != nil || err2 != nil || ls <= 0 {
 		return receipt{}, false
 	}
-	d, ok := q.parseAck(parts[2])
+	d, ok := q.parseAck(parts[3])
 	if !ok {
 		return receipt{}, false
 	}
 	return receipt{deadline: time.UnixMilli(dl), lease: time.Duration(ls) * time.Millisecond,
-		reply: parts[2], seq: d.seq}, true
+		inc: parts[2], reply: parts[3], seq: d.seq}, true
 }
 
 // delivery is what an ack subject says about its delivery.
@@ -84,10 +96,12 @@ func staleMargin(lease time.Duration) time.Duration {
 	return min(lease/4, 250*time.Millisecond)
 }
 
-// live reports whether r may still act on its delivery.
-func (q *Queue) live(s string, r receipt) bool {
+// live reports whether r may still act on its delivery: its lease has not
+// ended, this handle did not ack or nack it, and it was issued under the
+// consumer's current incarnation (incarnation.go).
+func (q *Queue) live(ctx context.Context, s string, r receipt) bool {
 	dl, dead := q.deadline(s, r)
-	return !dead && time.Now().Before(dl.Add(-staleMargin(r.lease)))
+	return !dead && time.Now().Before(dl.Add(-staleMargin(r.lease))) && q.current(ctx, r)
 }
 
 // deadline is the end of receipt s's lease (parsed: r), an Extend by this

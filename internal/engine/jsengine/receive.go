@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,6 +161,7 @@ func (q *Queue) pull(ctx context.Context, max int, lease time.Duration) ([]drive
 	}
 	defer sub.Unsubscribe()
 	req := `{"batch":` + strconv.Itoa(max) + `,"no_wait":true}`
+	inc := q.incarnation(ctx) // before the request: the deliveries' (incarnation.go)
 	sent := time.Now()
 	if err := q.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+q.stream+"."+consumerName, reply, []byte(req)); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w", q.stream, err)
@@ -210,17 +212,26 @@ recv:
 		}
 		out = append(out, driver.Message{
 			ID:            int64(d.seq),
-			ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply,
+			ReceiptHandle: formatReceipt(deadline, lease, inc, m.Reply),
 			Attempt:       int(d.delivered),
 			Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
 			EnqueuedAt:    enq,
 		})
-		q.noteDelivery(d, out[len(out)-1].ReceiptHandle)
 	}
 	if nak && len(out) > 0 {
 		if err := q.flush(ctx); err != nil {
 			return nil, fmt.Errorf("set leases: %w", err)
 		}
+	}
+	if len(out) > 0 && !q.stillIncarnation(inc) {
+		// A reconnect or an election during the pull: which life of the
+		// consumer delivered is not known, so the receipts never ack.
+		for i := range out {
+			out[i].ReceiptHandle = strings.Replace(out[i].ReceiptHandle, ":"+inc+":", ":"+noIncarnation+":", 1)
+		}
+	}
+	for _, m := range out {
+		q.noteDelivery(delivery{seq: uint64(m.ID), delivered: uint64(m.Attempt)}, m.ReceiptHandle)
 	}
 	q.moveSpent(ctx, spent)
 	return out, nil

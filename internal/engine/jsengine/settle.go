@@ -68,9 +68,23 @@ func (q *Queue) waitGone(ctx context.Context, seq uint64) error {
 	}
 }
 
+// gone reports whether receipt r's message is no longer stored. A read
+// that fails (the stream has no leader: no one answers) is tried again,
+// each with its own timeout (readTry), for up to electionWait.
 func (q *Queue) gone(ctx context.Context, r receipt) (bool, error) {
-	ok, err := q.exists(ctx, r.seq)
-	return !ok, err
+	deadline := time.Now().Add(electionWait)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		rctx, cancel := context.WithTimeout(ctx, readTry)
+		ok, err := q.exists(rctx, r.seq)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return !ok, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
 
 // exists reports whether the message with stream sequence seq is stored.
@@ -93,7 +107,7 @@ func (q *Queue) Nack(ctx context.Context, s string, delay time.Duration) error {
 	if !ok {
 		return nil
 	}
-	if !q.live(s, r) {
+	if !q.live(ctx, s, r) {
 		gone, err := q.gone(ctx, r)
 		if err != nil || gone {
 			return err
@@ -141,7 +155,7 @@ func (q *Queue) Extend(ctx context.Context, s string, d time.Duration) error {
 	if !exists {
 		return driver.ErrMessageGone
 	}
-	if !q.live(s, r) {
+	if !q.live(ctx, s, r) {
 		return driver.ErrStaleReceipt
 	}
 	deadline := time.Now().Add(d)

@@ -41,6 +41,7 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, lease, wait time.Durat
 		if left <= 0 {
 			return nil, nil
 		}
+		inc := q.incarnation(ctx) // before the request: its delivery's (incarnation.go)
 		m, err := q.longPoll(ctx, min(left, longPollChunk))
 		if err != nil {
 			return nil, err
@@ -56,7 +57,7 @@ func (q *Queue) ReceiveWait(ctx context.Context, max int, lease, wait time.Durat
 			q.moveSpent(ctx, []*nats.Msg{m})
 			continue
 		}
-		first, err := q.leaseOne(ctx, m, d, lease)
+		first, err := q.leaseOne(ctx, m, d, lease, inc)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +152,7 @@ func (q *Queue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
 }
 
 // leaseOne gives the delivery m its own lease, as pull does for each.
-func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration) (driver.Message, error) {
+func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration, inc string) (driver.Message, error) {
 	deadline := time.Now().Add(lease)
 	if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
 		return driver.Message{}, fmt.Errorf("set lease of message %d: %w", d.seq, err)
@@ -165,9 +166,12 @@ func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease tim
 	if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 		enq = time.UnixMilli(v)
 	}
+	if !q.stillIncarnation(inc) {
+		inc = noIncarnation // a reconnect or an election since the request: never acks
+	}
 	msg := driver.Message{
 		ID:            int64(d.seq),
-		ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply,
+		ReceiptHandle: formatReceipt(deadline, lease, inc, m.Reply),
 		Attempt:       int(d.delivered),
 		Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
 		EnqueuedAt:    enq,
