@@ -26,6 +26,7 @@ func (q *Queue) Ack(ctx context.Context, s string) error {
 	if !ok {
 		return nil // never issued: a no-op, as the format specifies
 	}
+	q.confirmServer(ctx)
 	if !q.live(ctx, s, r) {
 		gone, err := q.gone(ctx, r)
 		if err != nil || gone {

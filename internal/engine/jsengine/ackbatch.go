@@ -49,11 +49,15 @@ func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOu
 			out[i] = driver.AckGone // never issued: a no-op, as the format specifies
 			continue
 		}
-		rs[i], live[i] = r, q.live(ctx, s, r)
+		rs[i] = r
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
 		return out, nil
+	}
+	q.confirmServer(ctx)
+	for _, i := range idx {
+		live[i] = q.live(ctx, receipts[i], rs[i])
 	}
 	// Is each message still stored: a live receipt acked already, by a
 	// handle that shared it, or purged, is gone, and JetStream would take

@@ -182,6 +182,21 @@ func (q *Queue) readIncarnation(ctx context.Context) (string, error) {
 	return tok, nil
 }
 
+// confirmServer makes sure, on a server without a cluster, that the
+// connection's server id is of the server that answers now: a connection
+// that has not yet noticed its server died (its reader starved under
+// load: seen at load 17) still reports the old id, and a +ACK written to
+// it then would be sent again to the restarted server after the
+// reconnect. A round trip (a flush) first: it fails or comes back from the
+// server the id then names. Ack, AckBatch, Nack and Extend call it once
+// before they check receipts. What remains: a server that dies right
+// after answering the flush, before the +ACK is written.
+func (q *Queue) confirmServer(ctx context.Context) {
+	if q.inc.server {
+		_ = q.flush(ctx)
+	}
+}
+
 // current reports whether receipt r was issued under the current
 // incarnation.
 func (q *Queue) current(ctx context.Context, r receipt) bool {

@@ -107,6 +107,7 @@ func (q *Queue) Nack(ctx context.Context, s string, delay time.Duration) error {
 	if !ok {
 		return nil
 	}
+	q.confirmServer(ctx)
 	if !q.live(ctx, s, r) {
 		gone, err := q.gone(ctx, r)
 		if err != nil || gone {
@@ -148,6 +149,7 @@ func (q *Queue) Extend(ctx context.Context, s string, d time.Duration) error {
 	if !ok {
 		return bindings.Errorf(bindings.CodeInvalidInput, "receipt: %q is not a receipt of jetstream queue %q", s, q.name)
 	}
+	q.confirmServer(ctx)
 	exists, err := q.exists(ctx, r.seq)
 	if err != nil {
 		return err

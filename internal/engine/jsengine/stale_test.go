@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
@@ -255,4 +257,134 @@ func TestStaleReceiptAcrossRestart(t *testing.T) {
 	}
 	t.Logf("%d trials: R1's receipt refused after every restart and redelivery; redelivered before R1's lease ended (less the 250 ms margin) in %d, as attempt 1 (delivery lost) in %d; redelivery this long before R1's lease end: %v",
 		trials, liveAtAck, atOnce, early)
+}
+
+// staleClusterLease is the cluster queue's AckWait and R1's lease.
+const staleClusterLease = 3 * time.Second
+
+// TestStaleReceiptAcrossLeaderChange: on an R3 queue of the 3-node
+// cluster, R1 holds a message while the consumer's leader steps down; R1's
+// receipt is refused right after the new leader is elected and again after
+// the message was delivered to R2 (by R1's handle and by a handle opened
+// on a new connection); R2's receipt acks, once. LOCALCLOUD_STALE_TRIALS
+// sets the number of trials.
+func TestStaleReceiptAcrossLeaderChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster")
+	}
+	name := freshName("stalecl")
+	stream := "LCQ_" + name
+	open := func(nc *nats.Conn) *queue.Queue {
+		t.Helper()
+		q := retryOpen(t, func() (*queue.Queue, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc, Replicas: 3}, name, queue.WithDefaultVisibility(staleClusterLease))
+		})
+		t.Cleanup(func() { q.Close() })
+		return q
+	}
+	nc1 := connectCluster(t)
+	r1q, r2q := open(nc1), open(connectCluster(t))
+	js, err := jetstream.New(nc1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// leader reads the consumer's leader and its election time.
+	leader := func() (string, time.Time) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		cons, err := js.Consumer(ctx, stream, "lc")
+		if err != nil {
+			return "", time.Time{}
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil || ci.Cluster == nil || ci.Cluster.Leader == "" || ci.Cluster.LeaderSince == nil {
+			return "", time.Time{}
+		}
+		return ci.Cluster.Leader, *ci.Cluster.LeaderSince
+	}
+	// The window that remains: between a new leader's election and a
+	// handle hearing of it (the advisory it subscribes to), an old
+	// receipt passes the check. Measured here on a subscription like the
+	// handle's: the advisory's arrival less the election time the new
+	// leader reports (one host, one clock).
+	advisories := make(chan time.Time, 16)
+	asub, err := nc1.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED."+stream+".lc", func(*nats.Msg) { advisories <- time.Now() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asub.Unsubscribe()
+	var lags []time.Duration
+	trials := staleTrialCount(t)
+	var early []time.Duration
+	for trial := range trials {
+		ctx := context.Background()
+		data := "m" + strconv.Itoa(trial)
+		if err := r1q.Send(ctx, queue.Text(data)); err != nil {
+			t.Fatalf("trial %d: send: %v", trial, err)
+		}
+		m1, err := r1q.Receive(ctx, 1)
+		if err != nil || len(m1) != 1 || m1[0].Payload.Data != data {
+			t.Fatalf("trial %d: R1 receive: %v, %v", trial, m1, err)
+		}
+		r1 := m1[0].ReceiptHandle
+		deadline := receiptDeadline(t, r1)
+		for len(advisories) > 0 {
+			<-advisories
+		}
+
+		was, since := leader()
+		var stepped time.Time
+		for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("trial %d: the consumer's leader %s (since %v) did not change after a step-down", trial, was, since)
+			}
+			if now, s := leader(); now != "" && (now != was || !s.Equal(since)) {
+				// The advisory of this election: the first one that
+				// arrived after it.
+				for wait := time.After(5 * time.Second); ; {
+					select {
+					case at := <-advisories:
+						if !at.Before(s) {
+							lags = append(lags, at.Sub(s))
+							break
+						}
+						continue
+					case <-wait:
+						t.Logf("trial %d: no leader-elected advisory within 5 s", trial)
+					}
+					break
+				}
+				break
+			}
+			if time.Since(stepped) > 3*time.Second {
+				_, _ = nc1.Request("$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+".lc", nil, 2*time.Second)
+				stepped = time.Now()
+			}
+		}
+		wantStale(t, fmt.Sprintf("trial %d, after the leader change, R1's handle", trial), r1q, r1)
+
+		rctx, cancel := context.WithTimeout(ctx, staleClusterLease+20*time.Second)
+		m2, err := r2q.ReceiveWait(rctx, 1, staleClusterLease+15*time.Second)
+		cancel()
+		if err != nil || len(m2) != 1 || m2[0].Payload.Data != data {
+			t.Fatalf("trial %d: R2 receive: %v, %v; want %q again", trial, m2, err, data)
+		}
+		early = append(early, deadline.Sub(time.Now()))
+		wantStale(t, fmt.Sprintf("trial %d, after the redelivery, R1's handle", trial), r1q, r1)
+		fresh := open(connectCluster(t))
+		wantStale(t, fmt.Sprintf("trial %d, after the redelivery, a new handle", trial), fresh, r1)
+		fresh.Close()
+
+		if err := r2q.Ack(ctx, m2[0].ReceiptHandle); err != nil {
+			t.Fatalf("trial %d: R2's ack: %v", trial, err)
+		}
+		if st, err := r2q.Stats(ctx); err != nil || st.Total != 0 {
+			t.Fatalf("trial %d: after R2's ack: %+v, %v; want the queue empty", trial, st, err)
+		}
+	}
+	slices.Sort(lags)
+	t.Logf("%d trials: R1's receipt refused after every leader change and redelivery; redelivery this long before R1's lease end: %v; "+
+		"the leader-elected advisory arrived this long after the election (sorted): %v", trials, early, lags)
 }
