@@ -168,7 +168,7 @@ func (q *Queue) publishBatch(ctx context.Context, msgs []*nats.Msg) (*jetstream.
 	return ack, nil
 }
 
-// WaitChans: local is closed by this handle's sends and nacks; there is no
+// WaitChans returns local, closed by this handle's sends and nacks; there is no
 // remote signal: ReceiveWait and Consume wait on the server instead
 // (ReceiveWait in wait.go, driver.WaitReceiver).
 func (q *Queue) WaitChans() (local, remote <-chan struct{}) {

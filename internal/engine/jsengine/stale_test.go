@@ -371,7 +371,7 @@ func TestStaleReceiptAcrossLeaderChange(t *testing.T) {
 		if err != nil || len(m2) != 1 || m2[0].Payload.Data != data {
 			t.Fatalf("trial %d: R2 receive: %v, %v; want %q again", trial, m2, err, data)
 		}
-		early = append(early, deadline.Sub(time.Now()))
+		early = append(early, time.Until(deadline))
 		wantStale(t, fmt.Sprintf("trial %d, after the redelivery, R1's handle", trial), r1q, r1)
 		fresh := open(connectCluster(t))
 		wantStale(t, fmt.Sprintf("trial %d, after the redelivery, a new handle", trial), fresh, r1)
