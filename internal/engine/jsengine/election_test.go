@@ -166,15 +166,30 @@ func TestAckWhileConsumerElects(t *testing.T) {
 		t.Fatal(err)
 	}
 	const stream = "LCQ_celect"
-	var consLeader string
-	for deadline := time.Now().Add(30 * time.Second); consLeader == ""; time.Sleep(100 * time.Millisecond) {
+	// leader reads the consumer's leader and its election time.
+	leader := func() (string, time.Time) {
 		if cons, err := js.Consumer(ctx, stream, "lc"); err == nil {
-			if ci, err := cons.Info(ctx); err == nil && ci.Cluster != nil {
-				consLeader = ci.Cluster.Leader
+			if ci, err := cons.Info(ctx); err == nil && ci.Cluster != nil && ci.Cluster.LeaderSince != nil {
+				return ci.Cluster.Leader, *ci.Cluster.LeaderSince
+			}
+		}
+		return "", time.Time{}
+	}
+	// A leader that stays for a second: a new consumer's leader may move
+	// just after its election, and the receipt below must be of the term
+	// whose node the test then stops.
+	var consLeader string
+	var since time.Time
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if l, s := leader(); l != "" {
+			time.Sleep(time.Second)
+			if l2, s2 := leader(); l2 == l && s2.Equal(s) {
+				consLeader, since = l, s
+				break
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no consumer leader after 30 s")
+			t.Fatal("no consumer leader that stays for a second within 30 s")
 		}
 	}
 	leaderIx := c.nameToIx[consLeader]
@@ -198,6 +213,9 @@ func TestAckWhileConsumerElects(t *testing.T) {
 	msgs, err := q.Receive(ctx, 1, queue.ReceiveVisibility(lease))
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("receive: %v, %d messages", err, len(msgs))
+	}
+	if l, s := leader(); l != consLeader || !s.Equal(since) {
+		t.Fatalf("the consumer's leader moved on its own during the setup (%s since %v, now %s since %v): the receipt is not of the term whose node the test stops", consLeader, since, l, s)
 	}
 	// The leader and the third node down: no consumer leader can be
 	// elected until one of them is back (after 1 s).
@@ -223,7 +241,17 @@ func TestAckWhileConsumerElects(t *testing.T) {
 	if !errors.Is(err, queue.ErrStaleReceipt) {
 		t.Fatalf("ack while the consumer elects: %v; want ErrStaleReceipt once a new leader answers", err)
 	}
-	st, err := q.Stats(ctx)
+	// The stream may still be electing its leader (it was on the node
+	// that went down): read until it answers.
+	var st queue.Stats
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err = q.Stats(rctx)
+		rcancel()
+		if err == nil || time.Now().After(end) {
+			break
+		}
+	}
 	if err != nil || st.Total != 1 {
 		t.Fatalf("after the refused ack: %+v, %v; want the message still stored", st, err)
 	}

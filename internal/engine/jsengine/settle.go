@@ -70,9 +70,13 @@ func (q *Queue) waitGone(ctx context.Context, seq uint64) error {
 
 // gone reports whether receipt r's message is no longer stored. A read
 // that fails (the stream has no leader: no one answers) is tried again,
-// each with its own timeout (readTry), for up to electionWait.
+// each with its own timeout (readTry), until ctx's deadline or, without
+// one, for electionWait.
 func (q *Queue) gone(ctx context.Context, r receipt) (bool, error) {
 	deadline := time.Now().Add(electionWait)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
+	}
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		rctx, cancel := context.WithTimeout(ctx, readTry)
 		ok, err := q.exists(rctx, r.seq)
