@@ -204,7 +204,17 @@ func (q *Queue) current(ctx context.Context, r receipt) bool {
 }
 
 // stillIncarnation reports whether tok, read before a pull, is still the
-// current token (no request: an unknown token is a change).
-func (q *Queue) stillIncarnation(tok string) bool {
-	return tok != noIncarnation && q.cachedIncarnation() == tok
+// current token. On a cluster whose kept token was dropped meanwhile (an
+// advisory: often the late one of the election tok was read from) it
+// reads the leader again: the same leader and election time is the same
+// term, as election times do not repeat.
+func (q *Queue) stillIncarnation(ctx context.Context, tok string) bool {
+	if tok == noIncarnation {
+		return false
+	}
+	if now := q.cachedIncarnation(); now != "" || q.inc.server {
+		return now == tok
+	}
+	now, err := q.readIncarnation(ctx)
+	return err == nil && now == tok
 }

@@ -223,7 +223,7 @@ recv:
 			return nil, fmt.Errorf("set leases: %w", err)
 		}
 	}
-	if len(out) > 0 && !q.stillIncarnation(inc) {
+	if len(out) > 0 && !q.stillIncarnation(ctx, inc) {
 		// A reconnect or an election during the pull: which life of the
 		// consumer delivered is not known, so the receipts never ack.
 		for i := range out {

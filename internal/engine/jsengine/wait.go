@@ -166,7 +166,7 @@ func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease tim
 	if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 		enq = time.UnixMilli(v)
 	}
-	if !q.stillIncarnation(inc) {
+	if !q.stillIncarnation(ctx, inc) {
 		inc = noIncarnation // a reconnect or an election since the request: never acks
 	}
 	msg := driver.Message{
