@@ -109,6 +109,9 @@ func (q *Queue) requestAck(ctx context.Context, s string, r receipt) error {
 	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		_, err := q.nc.RequestWithContext(ctx, r.reply, []byte("+ACK"))
+		if err == nil {
+			q.answered()
+		}
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return err
 		}

@@ -35,6 +35,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,7 +50,10 @@ const noIncarnation = "-"
 type incarnations struct {
 	// server: no cluster, the token is the connected server's id.
 	server bool
-	sub    *nats.Subscription // leader-elected advisories (cluster)
+	// answered: when the server last answered this handle, Unix ns
+	// (confirmServer).
+	answered atomic.Int64
+	sub      *nats.Subscription // leader-elected advisories (cluster)
 
 	mu         sync.Mutex
 	token      string // the leader's token, "" until read
@@ -189,13 +193,26 @@ func (q *Queue) readIncarnation(ctx context.Context) (string, error) {
 // it then would be sent again to the restarted server after the
 // reconnect. A round trip (a flush) first: it fails or comes back from the
 // server the id then names. Ack, AckBatch, Nack and Extend call it once
-// before they check receipts. What remains: a server that dies right
-// after answering the flush, before the +ACK is written.
+// before they check receipts, unless the server answered this handle
+// within the last confirmFresh (a pull's deliveries, an ack's reply), as
+// it does in a receive-then-ack loop. What remains: a server killed
+// within confirmFresh before an ack (or right after the flush) and
+// restarted before the connection notices.
 func (q *Queue) confirmServer(ctx context.Context) {
-	if q.inc.server {
-		_ = q.flush(ctx)
+	if !q.inc.server || time.Since(time.Unix(0, q.inc.answered.Load())) < confirmFresh {
+		return
+	}
+	if q.flush(ctx) == nil {
+		q.answered()
 	}
 }
+
+// confirmFresh is how recent an answer of the server spares confirmServer
+// its round trip.
+const confirmFresh = 10 * time.Millisecond
+
+// answered notes that the server just answered this handle.
+func (q *Queue) answered() { q.inc.answered.Store(time.Now().UnixNano()) }
 
 // current reports whether receipt r was issued under the current
 // incarnation.

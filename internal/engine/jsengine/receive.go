@@ -182,6 +182,7 @@ recv:
 			}
 			return nil, fmt.Errorf("fetch from %s: %w", q.stream, wctx.Err())
 		}
+		q.answered() // incarnation.go's confirmServer
 		if status := m.Header.Get("Status"); status != "" || len(m.Data) == 0 && m.Reply == "" {
 			switch {
 			case status == "100": // heartbeat or flow control
