@@ -34,7 +34,7 @@ const Service = "local-kv"
 // import needed.
 func init() {
 	engines.Register(Service, sqlitekv.Engine{})
-	engines.Register(ServiceJetStream, jsengine.EnvKV{})
+	engines.Register(ServiceJetStream, jsengine.EnvKVEngine{})
 }
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.

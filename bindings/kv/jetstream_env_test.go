@@ -93,7 +93,7 @@ func provisionStream(t *testing.T, url, token, name string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	s, err := OpenEngine(t.Context(), jsengine.KV{Conn: nc}, name)
+	s, err := OpenEngine(t.Context(), jsengine.KVEngine{Conn: nc}, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -233,7 +233,7 @@ VALUES (?1, ?2, ?3, ?4, 0)`)
 // jsBacklogQueue opens the JetStream queue name with delayed messages due
 // in 12 h (message schedules, sent in batches) and then backlogDue due ones.
 func jsBacklogQueue(b *testing.B, nc *nats.Conn, name string, delayed int) *queue.Queue {
-	q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, name)
+	q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, name)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,7 +36,7 @@ const Service = "local-queue"
 // import needed.
 func init() {
 	engines.Register(Service, sqlitequeue.Engine{})
-	engines.Register(ServiceJetStream, jsengine.EnvQueue{})
+	engines.Register(ServiceJetStream, jsengine.EnvQueueEngine{})
 }
 
 // EnvBindingPrefix starts the variable that carries a binding to a program.

@@ -117,7 +117,7 @@ func provisionStream(t *testing.T, url, name string) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	q, err := OpenEngine(t.Context(), jsengine.Queue{Conn: nc}, name)
+	q, err := OpenEngine(t.Context(), jsengine.QueueEngine{Conn: nc}, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/clock"
 )
 
 // testAckBatchOutcomes: one AckBatch holding a current, a stale, a gone
@@ -106,5 +107,71 @@ func testAckBatchLimits(t *testing.T, h Harness) {
 	out, err := q.AckBatch(ctx, rs)
 	if err != nil || len(out) != queue.MaxAckBatch || out[0] != queue.AckCurrent {
 		t.Fatalf("AckBatch of %d: %d outcomes, first %v, %v; want %d, current, nil", len(rs), len(out), out[:min(1, len(out))], err, queue.MaxAckBatch)
+	}
+}
+
+// testAckBatchFailureAcksNone: a batch whose store fails the ack of one of
+// its messages either fails as a whole, and then acked none of them (the
+// driver contract: an error means none was acked; the receipts still ack
+// once the fault is gone), or gives outcomes that tell the truth: every
+// AckCurrent message is deleted, every other one is still stored, and the
+// refused one is not AckCurrent.
+func testAckBatchFailureAcksNone(t *testing.T, h Harness) {
+	if h.RefuseAcks == nil {
+		t.Skip("the harness cannot make an ack fail (Harness.RefuseAcks)")
+	}
+	var q *queue.Queue
+	if h.Caps.ControlsTime {
+		q = openClocked(t, h, clock.New(start)) // the leases never end here
+	} else {
+		q = h.Open(t)
+	}
+	sendTexts(t, q, "a", "refused", "c")
+	// A short lease: an engine whose failed ack waits for the lease to end
+	// (JetStream: a reply that never comes) gives up after 2 s.
+	ms := receive(t, q, 3, queue.ReceiveVisibility(2*time.Second))
+	if len(ms) != 3 {
+		t.Fatalf("received %d (%s); want 3", len(ms), texts(ms))
+	}
+	receipts := make([]string, len(ms))
+	for i, m := range ms {
+		receipts[i] = m.ReceiptHandle
+	}
+	undo := h.RefuseAcks(t, q, "refused")
+	out, err := q.AckBatch(ctx, receipts)
+	if err != nil {
+		if n := rawCount(t, q); n != 3 {
+			t.Fatalf("AckBatch failed (%v) yet %d of its 3 messages are deleted; an error must mean none was acked", err, 3-n)
+		}
+		undo()
+		if !h.Caps.ControlsTime {
+			return // the leases may have ended meanwhile
+		}
+		out, err = q.AckBatch(ctx, receipts)
+		if want := []queue.AckOutcome{queue.AckCurrent, queue.AckCurrent, queue.AckCurrent}; err != nil || !slices.Equal(out, want) {
+			t.Fatalf("AckBatch after the fault: %v, %v; want %v (the failed batch left the receipts current)", out, err, want)
+		}
+		if n := rawCount(t, q); n != 0 {
+			t.Fatalf("%d messages after the second AckBatch; want 0", n)
+		}
+		return
+	}
+	undo()
+	if len(out) != len(ms) {
+		t.Fatalf("AckBatch gave %d outcomes for %d receipts", len(out), len(ms))
+	}
+	stored := map[string]bool{}
+	for _, m := range peekAll(t, q) {
+		stored[m.Payload.Data] = true
+	}
+	for i, m := range ms {
+		switch d := m.Payload.Data; {
+		case out[i] == queue.AckCurrent && stored[d]:
+			t.Errorf("%q: AckCurrent, yet still stored", d)
+		case out[i] != queue.AckCurrent && !stored[d]:
+			t.Errorf("%q: outcome %v, yet deleted", d, out[i])
+		case d == "refused" && out[i] == queue.AckCurrent:
+			t.Errorf("%q: AckCurrent, though its ack failed", d)
+		}
 	}
 }

@@ -79,6 +79,12 @@ type Harness struct {
 	// to make a batch fail half-way. Without it that part of
 	// Batch/FailureMidBatchLeavesNone is skipped.
 	RefuseSends func(t *testing.T, q *queue.Queue, data string) (undo func())
+	// RefuseAcks, if set, makes q's store fail the ack of the stored
+	// message whose data is data (the SQLite engine: its delete aborts;
+	// JetStream: the ack gets no reply, as if the consumer's answer were
+	// lost), until undo is called: the suite's way to make an AckBatch fail
+	// half-way. Without it AckBatch/FailureAcksNone is skipped.
+	RefuseAcks func(t *testing.T, q *queue.Queue, data string) (undo func())
 }
 
 // Capabilities is the small set of facts about an engine the suite needs.
@@ -159,6 +165,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"AckBatch/Outcomes", testAckBatchOutcomes},
 		{"AckBatch/DuplicateReceipt", testAckBatchDuplicate},
 		{"AckBatch/Limits", testAckBatchLimits},
+		{"AckBatch/FailureAcksNone", testAckBatchFailureAcksNone},
 		{"Nack/VisibleAtOnce", testNack},
 		{"Nack/Stale", testNackStale},
 		{"Purge/InFlightToo", testPurge},

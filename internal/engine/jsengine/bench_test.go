@@ -170,7 +170,7 @@ func openBenchQueue(b *testing.B, nc *nats.Conn, r int) (*queue.Queue, jetstream
 	b.Helper()
 	name := freshName("bq")
 	q := retryOpenB(b, func() (*queue.Queue, error) {
-		return queue.OpenEngine(bg, jsengine.Queue{Conn: nc, Replicas: r}, name)
+		return queue.OpenEngine(bg, jsengine.QueueEngine{Conn: nc, Replicas: r}, name)
 	})
 	b.Cleanup(func() { _ = q.Close() })
 	js, err := jetstream.New(nc)
@@ -399,7 +399,7 @@ const benchKeys = 100
 func benchKV(b *testing.B, nc *nats.Conn, r int, get bool) (roundFunc, roundFunc) {
 	name := freshName("bkv")
 	s := retryOpenB(b, func() (*kv.Store, error) {
-		return kv.OpenEngine(bg, jsengine.KV{Conn: nc, Replicas: r}, name)
+		return kv.OpenEngine(bg, jsengine.KVEngine{Conn: nc, Replicas: r}, name)
 	})
 	b.Cleanup(func() { _ = s.Close() })
 	js, err := jetstream.New(nc)

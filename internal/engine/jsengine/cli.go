@@ -21,7 +21,7 @@ import (
 // never issued, a no-op success (as the format specifies); the CLI checks
 // first so that it never reports an ack that did not happen.
 func ValidReceipt(name, s string) bool {
-	q := &jsQueue{name: name, stream: "LCQ_" + name}
+	q := &Queue{name: name, stream: "LCQ_" + name}
 	_, ok := q.parseReceipt(s)
 	return ok
 }

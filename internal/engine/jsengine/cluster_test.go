@@ -144,7 +144,7 @@ func TestKVConformanceCluster(t *testing.T) {
 		return kvtest.Harness{
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				return retryOpen(t, func() (*kv.Store, error) {
-					return kv.OpenEngine(context.Background(), jsengine.KV{Conn: nc, Replicas: 3}, loc, opts...)
+					return kv.OpenEngine(context.Background(), jsengine.KVEngine{Conn: nc, Replicas: 3}, loc, opts...)
 				})
 			},
 			Persistent: true,
@@ -163,7 +163,7 @@ func TestQueueConformanceCluster(t *testing.T) {
 		loc := freshName("cq")
 		open := func(t *testing.T, loc string, opts ...queue.Option) *queue.Queue {
 			return retryOpen(t, func() (*queue.Queue, error) {
-				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: 3}, loc, opts...)
+				return queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc, Replicas: 3}, loc, opts...)
 			})
 		}
 		return queuetest.Harness{
@@ -172,10 +172,11 @@ func TestQueueConformanceCluster(t *testing.T) {
 				return open(t, loc+"-"+name, opts...)
 			},
 			TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
-				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: 3}, loc, opts...)
+				return queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc, Replicas: 3}, loc, opts...)
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
 }

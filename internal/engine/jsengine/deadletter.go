@@ -72,7 +72,7 @@ var afterMovePublish func(kind string)
 // deadLetters is what a handle knows for moves: its engine (to open
 // destinations), its policy and its move targets.
 type deadLetters struct {
-	eng         Queue
+	eng         QueueEngine
 	binding     string
 	maxAttempts int    // 0: no policy
 	dlq         string // the dead-letter queue's name
@@ -86,7 +86,7 @@ type deadLetters struct {
 // openDeadLetters checks cfg's policy and, for a read-write handle with a
 // policy, provisions the dead-letter queue (a queue of this engine on the
 // same server or cluster) and marks its stream as one.
-func (e Queue) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg driver.Config) (*deadLetters, error) {
+func (e QueueEngine) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg driver.Config) (*deadLetters, error) {
 	dl := &deadLetters{eng: e, binding: cfg.BindingName, maxAttempts: cfg.DeadLetter.MaxAttempts,
 		dlq: cfg.DeadLetter.Location, targets: cfg.MoveTargets, log: cfg.Logger, dests: map[string]bool{}}
 	if dl.log == nil {
@@ -122,7 +122,7 @@ func (e Queue) openDeadLetters(ctx context.Context, js jetstream.JetStream, cfg 
 // Duplicates window of the queue whose handle asks (its binding's
 // dedupWindow, which every binding has unless it sets another); an
 // existing one keeps its own (its binding's, checked by its own Open).
-func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name string, mark bool, window time.Duration) error {
+func (e QueueEngine) ensureQueue(ctx context.Context, js jetstream.JetStream, name string, mark bool, window time.Duration) error {
 	if _, err := js.Stream(ctx, "LCQ_"+name); err == nil {
 		window = 0 // keep the existing stream's window
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -158,7 +158,7 @@ func (e Queue) ensureQueue(ctx context.Context, js jetstream.JetStream, name str
 
 // spent reports whether delivery d is past the handle's maxAttempts: it is
 // moved, not delivered.
-func (q *jsQueue) spent(d delivery) bool {
+func (q *Queue) spent(d delivery) bool {
 	return q.dl != nil && q.dl.maxAttempts > 0 && int(d.delivered) > q.dl.maxAttempts
 }
 
@@ -182,7 +182,7 @@ const lastReceiptKeep = 13 * time.Hour
 
 // noteDelivery remembers receipt when its delivery d used up the last
 // attempt of a handle with a policy.
-func (q *jsQueue) noteDelivery(d delivery, receipt string) {
+func (q *Queue) noteDelivery(d delivery, receipt string) {
 	if q.dl == nil || q.dl.maxAttempts <= 0 || int(d.delivered) < q.dl.maxAttempts {
 		return
 	}
@@ -199,7 +199,7 @@ func (q *jsQueue) noteDelivery(d delivery, receipt string) {
 	lastReceipts.m[key] = lastReceipt{receipt: receipt, at: time.Now()}
 }
 
-func (q *jsQueue) takeLastReceipt(seq uint64) string {
+func (q *Queue) takeLastReceipt(seq uint64) string {
 	key := q.stream + "/" + strconv.FormatUint(seq, 10)
 	lastReceipts.Lock()
 	defer lastReceipts.Unlock()
@@ -211,7 +211,7 @@ func (q *jsQueue) takeLastReceipt(seq uint64) string {
 // moveSpent moves the spent deliveries ms to the dead-letter queue (steps
 // 1-3 above). A move that fails is logged and left to a later Receive: the
 // message stays in the source, hidden for moveLease.
-func (q *jsQueue) moveSpent(ctx context.Context, ms []*nats.Msg) {
+func (q *Queue) moveSpent(ctx context.Context, ms []*nats.Msg) {
 	if len(ms) == 0 {
 		return
 	}
@@ -241,7 +241,7 @@ func (q *jsQueue) moveSpent(ctx context.Context, ms []*nats.Msg) {
 // context ends.
 const moveTimeout = 30 * time.Second
 
-func (q *jsQueue) moveOne(ctx context.Context, m *nats.Msg) error {
+func (q *Queue) moveOne(ctx context.Context, m *nats.Msg) error {
 	d, ok := q.deliveryOf(m)
 	if !ok {
 		return fmt.Errorf("a delivery with ack subject %q", m.Reply)
@@ -281,7 +281,7 @@ func (q *jsQueue) moveOne(ctx context.Context, m *nats.Msg) error {
 
 // ackMoved acks the source delivery of a finished move and waits (on a
 // replicated stream) until the stream no longer holds it.
-func (q *jsQueue) ackMoved(ctx context.Context, reply string, seq uint64) error {
+func (q *Queue) ackMoved(ctx context.Context, reply string, seq uint64) error {
 	if _, err := q.nc.RequestWithContext(ctx, reply, []byte("+ACK")); err != nil {
 		return fmt.Errorf("ack moved message %d: %w", seq, err)
 	}
@@ -320,7 +320,7 @@ func originOf(h nats.Header) *driver.Origin {
 // deadLetterStats fills st.DeadLetters and st.Origins of a stream marked
 // as a dead-letter queue, reading each of its messages (one request each:
 // the cost grows with the queue).
-func (q *jsQueue) deadLetterStats(ctx context.Context, si *jetstream.StreamInfo, st *driver.Stats) error {
+func (q *Queue) deadLetterStats(ctx context.Context, si *jetstream.StreamInfo, st *driver.Stats) error {
 	if si.Config.Metadata[metaDeadLetters] == "" || si.State.Msgs == 0 {
 		return nil
 	}

@@ -46,7 +46,7 @@ func TestMoveCrashHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	switch kind {
 	case "dead-letter":
-		q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, os.Getenv(envCrashQ),
+		q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, os.Getenv(envCrashQ),
 			queue.WithBindingName("orders"), queue.WithDeadLetter(1, os.Getenv(envCrashDLQ)))
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestMoveCrashHelperProcess(t *testing.T) {
 		msgs, err := q.Receive(ctx, 10)
 		t.Fatalf("receive returned %d messages, %v; want the process to exit in the move", len(msgs), err)
 	case "redrive":
-		dlq, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, os.Getenv(envCrashDLQ))
+		dlq, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, os.Getenv(envCrashDLQ))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestMoveCrashNoDuplicate(t *testing.T) {
 	nc := connect(t)
 	name, dlqName := freshName("crash"), freshName("crashdlq")
 	open := func(loc string, opts ...queue.Option) *queue.Queue {
-		q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, loc, opts...)
+		q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, loc, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

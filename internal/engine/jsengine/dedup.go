@@ -67,7 +67,7 @@ const markerPrefix = "lcqd."
 // it for a duplicate (it does not say which), each message is sent again
 // with its own marker: duplicates are left out, but the rest is then not
 // all-or-none (a retry with the same keys completes it).
-func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []string, delay time.Duration) ([]bool, error) {
+func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []string, delay time.Duration) ([]bool, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (q *jsQueue) SendDedup(ctx context.Context, ps []driver.Payload, keys []str
 
 // marker is the dedup marker of key: no payload, the key as Nats-Msg-Id,
 // the window (rounded up to whole seconds, the server's TTL unit) as TTL.
-func (q *jsQueue) marker(key string) *nats.Msg {
+func (q *Queue) marker(key string) *nats.Msg {
 	m := nats.NewMsg(markerPrefix + q.name)
 	m.Header.Set(jetstream.MsgIDHeader, key)
 	w := q.dedupWindow
@@ -150,7 +150,7 @@ func isDupErr(err error) bool {
 }
 
 // publishAll publishes msgs, one message alone or an atomic batch.
-func (q *jsQueue) publishAll(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
+func (q *Queue) publishAll(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
 	if len(msgs) == 1 {
 		ack, err := q.js.PublishMsg(ctx, msgs[0])
 		if err != nil {
@@ -165,7 +165,7 @@ func (q *jsQueue) publishAll(ctx context.Context, msgs []*nats.Msg) (*jetstream.
 // a refused batch, on fresh copies (without the batch's headers), retrying
 // while the server reports its key in process: once the other send of the
 // key is applied, the server refuses it as a duplicate.
-func (q *jsQueue) publishUnit(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
+func (q *Queue) publishUnit(ctx context.Context, msgs []*nats.Msg) (*jetstream.PubAck, error) {
 	deadline := time.Now().Add(dupConflictWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		cp := make([]*nats.Msg, len(msgs))
@@ -194,7 +194,7 @@ func (q *jsQueue) publishUnit(ctx context.Context, msgs []*nats.Msg) (*jetstream
 
 // buildMsg is one message of a send, due now or, with a delay, a message
 // schedule (as Send builds them).
-func (q *jsQueue) buildMsg(p driver.Payload, delay time.Duration, enqueuedMs int64) *nats.Msg {
+func (q *Queue) buildMsg(p driver.Payload, delay time.Duration, enqueuedMs int64) *nats.Msg {
 	if delay <= 0 {
 		return q.message(p, q.subject, enqueuedMs)
 	}

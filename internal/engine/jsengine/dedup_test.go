@@ -75,7 +75,7 @@ func TestDedupAcrossRestart(t *testing.T) {
 	}
 	defer nc.Close()
 	ctx := context.Background()
-	q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, "restart", queue.WithDedupWindow(time.Minute))
+	q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, "restart", queue.WithDedupWindow(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestDedupAcrossRestart(t *testing.T) {
 // nothing, through another handle too; a batch leaves out its repeats and
 // the keys sent before (the server refuses the atomic batch, the engine
 // then sends one at a time); after the window the key adds again.
-func TestDedupServerTime(t *testing.T) { dedupServerTime(t, jsengine.Queue{Conn: connect(t)}) }
+func TestDedupServerTime(t *testing.T) { dedupServerTime(t, jsengine.QueueEngine{Conn: connect(t)}) }
 
 // TestDedupServerTimeCluster is TestDedupServerTime on an R3 queue of the
 // 3-node cluster.
@@ -123,10 +123,10 @@ func TestDedupServerTimeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster")
 	}
-	dedupServerTime(t, jsengine.Queue{Conn: connectCluster(t), Replicas: 3})
+	dedupServerTime(t, jsengine.QueueEngine{Conn: connectCluster(t), Replicas: 3})
 }
 
-func dedupServerTime(t *testing.T, eng jsengine.Queue) {
+func dedupServerTime(t *testing.T, eng jsengine.QueueEngine) {
 	ctx := context.Background()
 	loc := freshName("dd")
 	const window = 600 * time.Millisecond
@@ -198,7 +198,7 @@ func TestDedupClusterRestarts(t *testing.T) {
 	defer nc.Close()
 	ctx := context.Background()
 	q := retryOpen(t, func() (*queue.Queue, error) {
-		return queue.OpenEngine(ctx, jsengine.Queue{Conn: nc, Replicas: 3}, "ddr", queue.WithDedupWindow(time.Minute))
+		return queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc, Replicas: 3}, "ddr", queue.WithDedupWindow(time.Minute))
 	})
 	defer q.Close()
 	js, err := jetstream.New(nc)
@@ -276,7 +276,7 @@ func TestDedupSurvivesPurge(t *testing.T) {
 	}
 	defer nc.Close()
 	ctx := context.Background()
-	q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, "purged", queue.WithDedupWindow(time.Minute))
+	q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, "purged", queue.WithDedupWindow(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

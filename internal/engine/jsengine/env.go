@@ -20,7 +20,7 @@ import (
 
 // The "service" values of a jetstream binding's JSON in the app
 // environment (`localcloud env`, `localcloud run`). kv.FromEnv and
-// queue.FromEnv open such bindings with EnvKV and EnvQueue.
+// queue.FromEnv open such bindings with EnvKVEngine and EnvQueueEngine.
 const (
 	ServiceKV    = "jetstream-kv"
 	ServiceQueue = "jetstream-queue"
@@ -233,12 +233,12 @@ func retryOpen[T any](ctx context.Context, open func() (T, error)) (T, error) {
 	}
 }
 
-// EnvKV opens a jetstream-kv binding from its JSON (driver.Config.Binding)
+// EnvKVEngine opens a jetstream-kv binding from its JSON (driver.Config.Binding)
 // on the process's shared connection to its servers. kv.FromEnv uses it.
-type EnvKV struct{}
+type EnvKVEngine struct{}
 
 // Open opens the bucket cfg.Binding describes.
-func (EnvKV) Open(ctx context.Context, cfg kvdriver.Config) (kvdriver.Store, error) {
+func (EnvKVEngine) Open(ctx context.Context, cfg kvdriver.Config) (kvdriver.Store, error) {
 	st, release, err := openShared(ctx, cfg.Binding, ServiceKV, func(nc *nats.Conn, b EnvBinding) (kvdriver.Store, error) {
 		cfg.Location = b.Name
 		if cfg.NoCreate {
@@ -246,7 +246,7 @@ func (EnvKV) Open(ctx context.Context, cfg kvdriver.Config) (kvdriver.Store, err
 				return nil, err
 			}
 		}
-		return KV{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
+		return KVEngine{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
 	})
 	if err != nil {
 		return nil, err
@@ -285,14 +285,14 @@ func (s *releasingStore) Close() error {
 	return err
 }
 
-// EnvQueue opens a jetstream-queue binding from its JSON
+// EnvQueueEngine opens a jetstream-queue binding from its JSON
 // (driver.Config.Binding) on the process's shared connection to its
 // servers. queue.FromEnv uses it; the queue settings of the JSON
 // (visibility, retry, dedup, dead letter) reach it as Open options.
-type EnvQueue struct{}
+type EnvQueueEngine struct{}
 
 // Open opens the queue cfg.Binding describes.
-func (EnvQueue) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, error) {
+func (EnvQueueEngine) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, error) {
 	dlq, err := envDeadLetter(cfg)
 	if err != nil {
 		return nil, err
@@ -308,7 +308,7 @@ func (EnvQueue) Open(ctx context.Context, cfg qdriver.Config) (qdriver.Queue, er
 				return nil, err
 			}
 		}
-		return Queue{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
+		return QueueEngine{Conn: nc, Replicas: b.Replicas}.Open(ctx, cfg)
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,10 @@
 package jsengine
 
-import "github.com/nats-io/nats.go"
+import (
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
 
 // SetAfterMovePublish sets the hook that runs after a move's publish was
 // acknowledged and before the source is acked (the crash tests exit there).
@@ -20,3 +24,16 @@ func SetMaxDeleted(n uint64) uint64 { old := maxDeleted; maxDeleted = n; return 
 // SetAckPath sets the hook told how each Ack that returned nil got there
 // ("live" or "gone", see ackPath).
 func SetAckPath(f func(seq uint64, path string)) { ackPath = f }
+
+// RefuseAck makes every ack of the message seq of the queue name's stream
+// get no reply (the ack waits until its receipt's lease or its ctx ends
+// and sends nothing), until undo.
+func RefuseAck(name string, seq uint64) (undo func()) {
+	k := "LCQ_" + name + " " + strconv.FormatUint(seq, 10)
+	refusedAcks.Store(k, true)
+	refusing.Add(1)
+	return func() {
+		refusedAcks.Delete(k)
+		refusing.Add(-1)
+	}
+}

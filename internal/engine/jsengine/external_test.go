@@ -215,7 +215,7 @@ func TestKVConformanceExternal(t *testing.T) {
 		return kvtest.Harness{
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
 				return retryOpen(t, func() (*kv.Store, error) {
-					return kv.OpenEngine(context.Background(), jsengine.KV{Conn: nc, Replicas: e.replicas}, loc, opts...)
+					return kv.OpenEngine(context.Background(), jsengine.KVEngine{Conn: nc, Replicas: e.replicas}, loc, opts...)
 				})
 			},
 			Persistent: true,
@@ -228,7 +228,7 @@ func TestKVConformanceExternal(t *testing.T) {
 func TestQueueConformanceExternal(t *testing.T) {
 	e := externalTarget(t)
 	nc, prefix := externalRun(t, e)
-	eng := jsengine.Queue{Conn: nc, Replicas: e.replicas}
+	eng := jsengine.QueueEngine{Conn: nc, Replicas: e.replicas}
 	queuetest.Run(t, func(t *testing.T) queuetest.Harness {
 		loc := freshName(prefix + "q")
 		open := func(t *testing.T, loc string, opts ...queue.Option) *queue.Queue {
@@ -246,6 +246,7 @@ func TestQueueConformanceExternal(t *testing.T) {
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
 }

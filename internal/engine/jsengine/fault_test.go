@@ -166,7 +166,7 @@ func faultOpen(nc *nats.Conn, name string) (*queue.Queue, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc, Replicas: 3}, name)
+		q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc, Replicas: 3}, name)
 		cancel()
 		if err == nil || time.Now().After(deadline) {
 			return q, err

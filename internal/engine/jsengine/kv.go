@@ -41,12 +41,12 @@ const casRetries = 64
 // nameRE is what a location (the bucket name) may be: a stream name token.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// KV is the JetStream engine of the kv binding. Location is the bucket
+// KVEngine is the JetStream engine of the kv binding. Location is the bucket
 // name; the bucket is the stream "LCKV_<name>" with subjects
 // "lckv.<name>.<key as one hex token per byte>", one message per subject,
 // direct get off (reads go through the stream leader, so a process reads its
 // own acknowledged writes).
-type KV struct {
+type KVEngine struct {
 	// Conn is the connection to the JetStream server or cluster; the
 	// engine never closes it.
 	Conn *nats.Conn
@@ -55,7 +55,7 @@ type KV struct {
 }
 
 // Open opens or creates the bucket cfg.Location names.
-func (e KV) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
+func (e KVEngine) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
 	if e.Conn == nil {
 		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed, "jetstream kv: Conn must not be nil")
 	}
@@ -89,7 +89,7 @@ func (e KV) Open(ctx context.Context, cfg driver.Config) (driver.Store, error) {
 	if err := waitStreamLeader(ctx, st); err != nil {
 		return nil, fmt.Errorf("open jetstream kv %q: %w", cfg.Location, err)
 	}
-	return &kvStore{js: js, st: st, name: cfg.Location, prefix: "lckv." + cfg.Location + ".",
+	return &KVStore{js: js, st: st, name: cfg.Location, prefix: "lckv." + cfg.Location + ".",
 		clock: time.Now, readOnly: cfg.ReadOnly, url: e.Conn.ConnectedUrlRedacted()}, nil
 }
 
@@ -109,78 +109,10 @@ func checkKVStream(have, want jetstream.StreamConfig) error {
 	return nil
 }
 
-// provision creates the stream want, or checks an existing one with check;
-// readOnly only looks.
-func provision(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, readOnly bool,
-	check func(have, want jetstream.StreamConfig) error) (jetstream.Stream, error) {
-	st, err := js.Stream(ctx, want.Name)
-	if err == nil {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read stream %q: %w", want.Name, err)
-		}
-		if err := check(info.Config, want); err != nil {
-			return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-				"stream %q exists with other settings: %v", want.Name, err)
-		}
-		return st, nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("look up stream %q: %w", want.Name, err)
-	}
-	if readOnly {
-		return nil, bindings.Errorf(bindings.CodeBindingSetupFailed,
-			"stream %q does not exist (read-only open creates nothing)", want.Name)
-	}
-	st, err = js.CreateStream(ctx, want)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return provision(ctx, js, want, readOnly, check) // created meanwhile
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create stream %q: %w", want.Name, err)
-	}
-	return st, nil
-}
-
-// leaderWait bounds how long Open waits for a new stream's or consumer's
-// leader on a cluster.
-const leaderWait = 10 * time.Second
-
-// waitStreamLeader waits until a replicated stream has a leader, so that
-// the first write after Open does not wait for the election (a put's expiry
-// is stamped before it is published).
-func waitStreamLeader(ctx context.Context, st jetstream.Stream) error {
-	return waitLeader(ctx, "stream", func() (*jetstream.ClusterInfo, error) {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return info.Cluster, nil
-	})
-}
-
-func waitLeader(ctx context.Context, what string, cluster func() (*jetstream.ClusterInfo, error)) error {
-	deadline := time.Now().Add(leaderWait)
-	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		ci, err := cluster()
-		if err == nil && (ci == nil || ci.Leader != "") {
-			return nil // a single server reports no cluster
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("no leader elected")
-			}
-			return fmt.Errorf("wait for the %s leader: %s: %w", what, leaderWait, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-}
-
-type kvStore struct {
+// KVStore is an open KV store of the JetStream engine (KVEngine.Open
+// returns it as a driver.Store): a handle, as *sqlitekv.Store is the
+// SQLite engine's.
+type KVStore struct {
 	js       jetstream.JetStream
 	st       jetstream.Stream
 	name     string
@@ -196,7 +128,7 @@ type kvStore struct {
 // subject is the key's subject: one two-hex-digit token per byte, so any
 // byte prefix of a key is a token prefix of its subject, and subjects sort
 // like keys.
-func (s *kvStore) subject(key string) string {
+func (s *KVStore) subject(key string) string {
 	var b strings.Builder
 	b.Grow(len(s.prefix) + 3*len(key))
 	b.WriteString(s.prefix)
@@ -212,7 +144,7 @@ func (s *kvStore) subject(key string) string {
 }
 
 // keyOf decodes a subject of this bucket; ok is false for anything else.
-func (s *kvStore) keyOf(subject string) (string, bool) {
+func (s *KVStore) keyOf(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, s.prefix)
 	if !ok || rest == "" {
 		return "", false
@@ -232,7 +164,7 @@ func (s *kvStore) keyOf(subject string) (string, bool) {
 	return string(out), true
 }
 
-func (s *kvStore) check() error {
+func (s *KVStore) check() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -250,7 +182,7 @@ type entry struct {
 }
 
 // load reads the key's last message through the stream leader.
-func (s *kvStore) load(ctx context.Context, subject string) (entry, error) {
+func (s *KVStore) load(ctx context.Context, subject string) (entry, error) {
 	m, err := s.st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return entry{}, nil
@@ -269,7 +201,7 @@ func (s *kvStore) load(ctx context.Context, subject string) (entry, error) {
 // liveAt reads the expiry header: no header is no expiry; an expiry at or
 // before now is expired; a header we cannot read is treated as expired (a
 // message we did not write is untrusted).
-func (s *kvStore) liveAt(h nats.Header, now time.Time) bool {
+func (s *KVStore) liveAt(h nats.Header, now time.Time) bool {
 	v := h.Get(hdrExpires)
 	if v == "" {
 		return true
@@ -281,7 +213,7 @@ func (s *kvStore) liveAt(h nats.Header, now time.Time) bool {
 	return now.UnixMilli() < ms
 }
 
-func (s *kvStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
+func (s *KVStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, false, err
 	}
@@ -295,12 +227,12 @@ func (s *kvStore) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return e.value, true, nil
 }
 
-func (s *kvStore) Exists(ctx context.Context, key string) (bool, error) {
+func (s *KVStore) Exists(ctx context.Context, key string) (bool, error) {
 	_, ok, err := s.Get(ctx, key)
 	return ok, err
 }
 
-func (s *kvStore) Put(ctx context.Context, key string, value []byte, o driver.Put) (bool, error) {
+func (s *KVStore) Put(ctx context.Context, key string, value []byte, o driver.Put) (bool, error) {
 	if err := s.check(); err != nil {
 		return false, err
 	}
@@ -375,7 +307,7 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-func (s *kvStore) Delete(ctx context.Context, key string) error {
+func (s *KVStore) Delete(ctx context.Context, key string) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -394,7 +326,7 @@ func (s *kvStore) Delete(ctx context.Context, key string) error {
 // through the leader until limit live keys (and one more, for "more") were
 // found. Cost grows with the keys under the prefix; a batched read needs
 // direct get, which is not read-your-writes (see the notes).
-func (s *kvStore) Scan(ctx context.Context, prefix, after string, limit int) ([]driver.Item, bool, error) {
+func (s *KVStore) Scan(ctx context.Context, prefix, after string, limit int) ([]driver.Item, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, false, err
 	}
@@ -441,7 +373,7 @@ func (s *kvStore) Scan(ctx context.Context, prefix, after string, limit int) ([]
 }
 
 // Lookup is Get with the key's expiry (zero without a TTL).
-func (s *kvStore) Lookup(ctx context.Context, key string) (driver.Entry, bool, error) {
+func (s *KVStore) Lookup(ctx context.Context, key string) (driver.Entry, bool, error) {
 	if err := s.check(); err != nil {
 		return driver.Entry{}, false, err
 	}
@@ -469,7 +401,7 @@ func (s *kvStore) Lookup(ctx context.Context, key string) (driver.Entry, bool, e
 // Stats lists every key's subject and reads each through the leader (one
 // request per key: the expiry is in our header, not the server's state).
 // Keys the server already removed after their TTL are counted in neither.
-func (s *kvStore) Stats(ctx context.Context) (driver.Stats, error) {
+func (s *KVStore) Stats(ctx context.Context) (driver.Stats, error) {
 	if err := s.check(); err != nil {
 		return driver.Stats{}, err
 	}
@@ -494,9 +426,9 @@ func (s *kvStore) Stats(ctx context.Context) (driver.Stats, error) {
 	return st, nil
 }
 
-func (s *kvStore) Path() string { return "jetstream:" + s.url + "/LCKV_" + s.name }
+func (s *KVStore) Path() string { return "jetstream:" + s.url + "/LCKV_" + s.name }
 
-func (s *kvStore) Close() error {
+func (s *KVStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true

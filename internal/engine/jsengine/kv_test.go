@@ -17,7 +17,7 @@ func TestKVConformance(t *testing.T) {
 		loc := freshName("kv")
 		return kvtest.Harness{
 			Open: func(t *testing.T, opts ...kv.Option) *kv.Store {
-				s, err := kv.OpenEngine(context.Background(), jsengine.KV{Conn: nc}, loc, opts...)
+				s, err := kv.OpenEngine(context.Background(), jsengine.KVEngine{Conn: nc}, loc, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}

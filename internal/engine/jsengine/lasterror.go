@@ -74,13 +74,13 @@ const maxLastErrorBytes = 1024
 // shows none.
 const lastErrorKeep = 7 * 24 * time.Hour
 
-func (q *jsQueue) errStream() string { return "LCQE_" + q.name }
-func (q *jsQueue) errSubject(seq uint64) string {
+func (q *Queue) errStream() string { return "LCQE_" + q.name }
+func (q *Queue) errSubject(seq uint64) string {
 	return "lcqe." + q.name + "." + strconv.FormatUint(seq, 10)
 }
 
 // created is the queue stream's creation time as entries record it.
-func (q *jsQueue) created() string {
+func (q *Queue) created() string {
 	if info := q.st.CachedInfo(); info != nil {
 		return strconv.FormatInt(info.Created.UnixNano(), 10)
 	}
@@ -90,12 +90,12 @@ func (q *jsQueue) created() string {
 // NackFailed is Nack that first records lastError as the message's last
 // error (see the top of this file). A receipt that is stale, gone or not
 // one of ours records nothing and is answered as Nack answers it.
-func (q *jsQueue) NackFailed(ctx context.Context, s string, delay time.Duration, lastError string) error {
+func (q *Queue) NackFailed(ctx context.Context, s string, delay time.Duration, lastError string) error {
 	if err := q.check(true); err != nil {
 		return err
 	}
 	r, ok := q.parseReceipt(s)
-	if ok && lastError != "" && q.live(s, r) {
+	if ok && lastError != "" && q.live(ctx, s, r) {
 		if err := q.recordLastError(ctx, r.seq, cutText(lastError)); err != nil {
 			// The retry schedule matters more than the text: nack anyway.
 			q.dl.log.Warn("jetstream queue: cannot record a failed delivery's last error; nacking it without",
@@ -107,7 +107,7 @@ func (q *jsQueue) NackFailed(ctx context.Context, s string, delay time.Duration,
 
 // recordLastError publishes the entry of message seq, creating the side
 // stream if it does not exist yet.
-func (q *jsQueue) recordLastError(ctx context.Context, seq uint64, text string) error {
+func (q *Queue) recordLastError(ctx context.Context, seq uint64, text string) error {
 	m := nats.NewMsg(q.errSubject(seq))
 	m.Data = []byte(text)
 	m.Header.Set(hdrStreamCreated, q.created())
@@ -125,7 +125,7 @@ func (q *jsQueue) recordLastError(ctx context.Context, seq uint64, text string) 
 
 // ensureErrStream creates the side stream (or finds it created meanwhile)
 // and waits for its leader.
-func (q *jsQueue) ensureErrStream(ctx context.Context) error {
+func (q *Queue) ensureErrStream(ctx context.Context) error {
 	replicas := 1
 	if info := q.st.CachedInfo(); info != nil && info.Config.Replicas > 0 {
 		replicas = info.Config.Replicas
@@ -155,7 +155,7 @@ func (q *jsQueue) ensureErrStream(ctx context.Context) error {
 // subject is reply, after that delivery was acked (or moved). A delivery
 // counted once has none. A failure is logged: the entry then ends by
 // MaxAge.
-func (q *jsQueue) dropLastError(ctx context.Context, reply string) {
+func (q *Queue) dropLastError(ctx context.Context, reply string) {
 	d, ok := q.parseAck(reply)
 	if !ok || d.delivered < 2 {
 		return
@@ -167,7 +167,7 @@ func (q *jsQueue) dropLastError(ctx context.Context, reply string) {
 }
 
 // purgeLastErrors empties the side stream (Purge).
-func (q *jsQueue) purgeLastErrors(ctx context.Context) error {
+func (q *Queue) purgeLastErrors(ctx context.Context) error {
 	if err := q.purgeErrStream(ctx, ""); err != nil {
 		return fmt.Errorf("purge last errors of %s: %w", q.stream, err)
 	}
@@ -176,7 +176,7 @@ func (q *jsQueue) purgeLastErrors(ctx context.Context) error {
 
 // purgeErrStream purges filter ("" for all) from the side stream with one
 // raw API request; a side stream that does not exist holds nothing.
-func (q *jsQueue) purgeErrStream(ctx context.Context, filter string) error {
+func (q *Queue) purgeErrStream(ctx context.Context, filter string) error {
 	req := []byte(`{}`)
 	if filter != "" {
 		req, _ = json.Marshal(map[string]string{"filter": filter})
@@ -204,7 +204,7 @@ func (q *jsQueue) purgeErrStream(ctx context.Context, filter string) error {
 }
 
 // errStreamHandle returns the side stream, nil if it does not exist.
-func (q *jsQueue) errStreamHandle(ctx context.Context) (jetstream.Stream, error) {
+func (q *Queue) errStreamHandle(ctx context.Context) (jetstream.Stream, error) {
 	st, err := q.js.Stream(ctx, q.errStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
@@ -217,7 +217,7 @@ func (q *jsQueue) errStreamHandle(ctx context.Context) (jetstream.Stream, error)
 
 // entryText is an entry's text, "" for an entry of another incarnation of
 // the queue stream; text another program wrote is cut to the bound.
-func (q *jsQueue) entryText(m *jetstream.RawStreamMsg) string {
+func (q *Queue) entryText(m *jetstream.RawStreamMsg) string {
 	if m.Header.Get(hdrStreamCreated) != q.created() {
 		return ""
 	}
@@ -225,7 +225,7 @@ func (q *jsQueue) entryText(m *jetstream.RawStreamMsg) string {
 }
 
 // lastErrorOf reads message seq's entry ("" if none).
-func (q *jsQueue) lastErrorOf(ctx context.Context, st jetstream.Stream, seq uint64) (string, error) {
+func (q *Queue) lastErrorOf(ctx context.Context, st jetstream.Stream, seq uint64) (string, error) {
 	m, err := st.GetLastMsgForSubject(ctx, q.errSubject(seq))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return "", nil
@@ -240,7 +240,7 @@ func (q *jsQueue) lastErrorOf(ctx context.Context, st jetstream.Stream, seq uint
 // (it replaces a dead letter's Lc-Origin-Last-Error: the entry is newer).
 // Cost: two requests when no message of the queue has failed, else one
 // more per peeked message with an entry.
-func (q *jsQueue) peekLastErrors(ctx context.Context, out []driver.PeekedMessage) error {
+func (q *Queue) peekLastErrors(ctx context.Context, out []driver.PeekedMessage) error {
 	if len(out) == 0 {
 		return nil
 	}
@@ -275,7 +275,7 @@ func (q *jsQueue) peekLastErrors(ctx context.Context, out []driver.PeekedMessage
 // moved delivery m's last error: its entry, else (a dead letter moved on
 // again) m's own header. A read that fails is logged and the move goes on
 // without the text: a dead letter matters more than its error.
-func (q *jsQueue) carryLastError(ctx context.Context, m *nats.Msg, dm *nats.Msg) {
+func (q *Queue) carryLastError(ctx context.Context, m *nats.Msg, dm *nats.Msg) {
 	text := headerLastError(m.Header)
 	if d, ok := q.deliveryOf(m); ok && d.delivered >= 2 {
 		st, err := q.errStreamHandle(ctx)

@@ -19,7 +19,7 @@ func BenchmarkFailure(b *testing.B) {
 	text := string(make([]byte, 200))
 	for _, mode := range []string{"nack", "nackFailed"} {
 		b.Run(mode, func(b *testing.B) {
-			q, err := jsengine.Queue{Conn: connectB(b, node.url)}.Open(context.Background(), driver.Config{Location: freshName("bf"),
+			q, err := jsengine.QueueEngine{Conn: connectB(b, node.url)}.Open(context.Background(), driver.Config{Location: freshName("bf"),
 				Clock: time.Now, Logger: slog.Default()})
 			if err != nil {
 				b.Fatal(err)

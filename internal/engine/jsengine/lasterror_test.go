@@ -21,7 +21,7 @@ import (
 // openDriver opens the engine's driver queue name on nc.
 func openDriver(t *testing.T, nc *nats.Conn, name string, dl driver.DeadLetter) driver.Queue {
 	t.Helper()
-	q, err := jsengine.Queue{Conn: nc}.Open(context.Background(), driver.Config{Location: name, BindingName: "b",
+	q, err := jsengine.QueueEngine{Conn: nc}.Open(context.Background(), driver.Config{Location: name, BindingName: "b",
 		Clock: time.Now, Logger: slog.Default(), DeadLetter: dl})
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +308,7 @@ func TestLastErrorSurvivesRestart(t *testing.T) {
 	defer nc2.Close()
 	var got []driver.PeekedMessage
 	waitUntil(t, "the queue readable after the restart", func() bool {
-		q2, err := jsengine.Queue{Conn: nc2}.Open(bg, driver.Config{Location: "restart", Clock: time.Now, Logger: slog.Default()})
+		q2, err := jsengine.QueueEngine{Conn: nc2}.Open(bg, driver.Config{Location: "restart", Clock: time.Now, Logger: slog.Default()})
 		if err != nil {
 			return false
 		}

@@ -36,7 +36,7 @@ func attemptsBefore(h nats.Header) uint64 {
 
 // deliveryOf is parseAck of m's ack subject, its delivery count with the
 // deliveries m had in the store it was imported from.
-func (q *jsQueue) deliveryOf(m *nats.Msg) (delivery, bool) {
+func (q *Queue) deliveryOf(m *nats.Msg) (delivery, bool) {
 	d, ok := q.parseAck(m.Reply)
 	if ok {
 		d.delivered += attemptsBefore(m.Header)
@@ -49,7 +49,7 @@ func (q *jsQueue) deliveryOf(m *nats.Msg) (delivery, bool) {
 // counted by the consumer), then the delayed ones (message schedules),
 // read without claiming. Not safe for concurrent use.
 type Exporter struct {
-	q     *jsQueue
+	q     *Queue
 	lease time.Duration
 	held  map[uint64]string // seq -> ack subject of a held delivery
 	errs  map[uint64]bool   // seqs with an entry in the side stream of last errors
@@ -60,7 +60,7 @@ type Exporter struct {
 // NewExporter returns an exporter of the queue d (this engine's), holding
 // what it pulls for lease.
 func NewExporter(d driver.Queue, lease time.Duration) (*Exporter, error) {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return nil, fmt.Errorf("jetstream export: %T is not a queue of this engine", d)
 	}
@@ -245,7 +245,7 @@ func (e *Exporter) Release() {
 
 // Dedups returns the dedup keys the queue remembers (its markers).
 func Dedups(ctx context.Context, d driver.Queue) ([]moverec.Dedup, error) {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return nil, fmt.Errorf("jetstream export: %T is not a queue of this engine", d)
 	}
@@ -265,7 +265,7 @@ func Dedups(ctx context.Context, d driver.Queue) ([]moverec.Dedup, error) {
 
 // ClearDedup forgets every dedup key of the queue.
 func ClearDedup(ctx context.Context, d driver.Queue) error {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return fmt.Errorf("jetstream: %T is not a queue of this engine", d)
 	}
@@ -278,7 +278,7 @@ func ClearDedup(ctx context.Context, d driver.Queue) error {
 // Imported returns the messages of source in the stream, by their id
 // there, with their sequence here. It reads every message once.
 func Imported(ctx context.Context, d driver.Queue, source string) (map[int64]int64, error) {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return nil, fmt.Errorf("jetstream import: %T is not a queue of this engine", d)
 	}
@@ -307,7 +307,7 @@ func Imported(ctx context.Context, d driver.Queue, source string) (map[int64]int
 // error, all in the one publish. A message's publish carries its source as Nats-Msg-Id too, so a
 // publish repeated within the dedup window adds nothing.
 func Import(ctx context.Context, d driver.Queue, source string, ms []moverec.Message, done map[int64]int64) error {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return fmt.Errorf("jetstream import: %T is not a queue of this engine", d)
 	}
@@ -364,7 +364,7 @@ func Import(ctx context.Context, d driver.Queue, source string, ms []moverec.Mes
 // queue's window since it was sent (a key whose window is over is left
 // out).
 func ImportDedup(ctx context.Context, d driver.Queue, ds []moverec.Dedup) error {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return fmt.Errorf("jetstream import: %T is not a queue of this engine", d)
 	}
@@ -390,7 +390,7 @@ func ImportDedup(ctx context.Context, d driver.Queue, ds []moverec.Dedup) error 
 // ReadBack returns the payloads of the messages at seqs (a message gone,
 // or a schedule that fired meanwhile, is absent).
 func ReadBack(ctx context.Context, d driver.Queue, seqs []int64) (map[int64]driver.Payload, error) {
-	q, ok := d.(*jsQueue)
+	q, ok := d.(*Queue)
 	if !ok {
 		return nil, fmt.Errorf("jetstream: %T is not a queue of this engine", d)
 	}

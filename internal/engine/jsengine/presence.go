@@ -69,7 +69,7 @@ func deletedCount(s streamState) uint64 {
 // details) and whether a leader answered, with one raw stream-info
 // request, decoding only that (jetstream's Stream.Info decodes the whole
 // configuration too: measurable on AckBatch's path).
-func (q *jsQueue) streamInfo(ctx context.Context, details bool) (streamState, bool, error) {
+func (q *Queue) streamInfo(ctx context.Context, details bool) (streamState, bool, error) {
 	req := []byte(`{}`)
 	if details {
 		req = []byte(`{"deleted_details":true}`)
@@ -112,7 +112,7 @@ type presenceState struct {
 // list is over maxDeleted (then the next wideEvery batches do not ask), the
 // stream has no leader (a member answered for it), or the list does not
 // match the counts. The caller then reads each message.
-func (q *jsQueue) readPresence(ctx context.Context) (*presence, error) {
+func (q *Queue) readPresence(ctx context.Context) (*presence, error) {
 	if n := q.presence.wide.Load(); n > 0 {
 		if q.presence.wide.Add(-1) > 0 {
 			return nil, nil
@@ -157,7 +157,7 @@ func (q *jsQueue) readPresence(ctx context.Context) (*presence, error) {
 // waitAllGone is waitGone for the messages of one AckBatch: one stream
 // read per check for all of them, instead of a get (or two) each. Without
 // a presence it waits for each, concurrently.
-func (q *jsQueue) waitAllGone(ctx context.Context, seqs []uint64) error {
+func (q *Queue) waitAllGone(ctx context.Context, seqs []uint64) error {
 	if len(seqs) == 1 {
 		return q.waitGone(ctx, seqs[0])
 	}
@@ -190,14 +190,14 @@ func (q *jsQueue) waitAllGone(ctx context.Context, seqs []uint64) error {
 	}
 }
 
-var _ driver.AckPipeliner = (*jsQueue)(nil)
+var _ driver.AckPipeliner = (*Queue)(nil)
 
 // PipelineAcks (driver.AckPipeliner): an AckBatch costs one stream read
 // for the batch plus one ack round trip a message, in flight together,
 // and a Receive beside it takes no lock it holds, so Consume writes acks
 // while it claims (measured: BenchmarkVsBare's drain spent its time in
 // claims and AckBatches one after the other, about 1/3 and 2/3).
-func (q *jsQueue) PipelineAcks() bool { return true }
+func (q *Queue) PipelineAcks() bool { return true }
 
 // errCodeNoMessage is JetStream's error code of a get of a sequence the
 // stream does not hold (JSNoMessageFoundErr, jetstream.ErrMsgNotFound).
@@ -208,7 +208,7 @@ const errCodeNoMessage = 10037
 // (jetstream's Stream.GetMsg also decodes the message, base64 payload and
 // headers: half of the extra cost of Consume's acks on a stream whose
 // deleted list is too wide for a presence, BenchmarkBacklog).
-func (q *jsQueue) exists(ctx context.Context, seq uint64) (bool, error) {
+func (q *Queue) exists(ctx context.Context, seq uint64) (bool, error) {
 	m, err := q.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+q.stream, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`}`))
 	if err != nil {
 		return false, fmt.Errorf("get message %d: %w", seq, err)

@@ -40,7 +40,7 @@ func TestAckBatchPresence(t *testing.T) {
 			loc := freshName("presence")
 			open := func() *queue.Queue {
 				q := retryOpen(t, func() (*queue.Queue, error) {
-					return queue.OpenEngine(ctx, jsengine.Queue{Conn: nc, Replicas: tc.replicas}, loc)
+					return queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc, Replicas: tc.replicas}, loc)
 				})
 				t.Cleanup(func() { q.Close() })
 				return q

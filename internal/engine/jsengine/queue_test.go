@@ -22,7 +22,7 @@ func TestQueueConformance(t *testing.T) {
 		nc := connect(t)
 		loc := freshName("q")
 		open := func(t *testing.T, loc string, opts ...queue.Option) *queue.Queue {
-			q, err := queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, loc, opts...)
+			q, err := queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc}, loc, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,10 +34,30 @@ func TestQueueConformance(t *testing.T) {
 				return open(t, loc+"-"+name, opts...)
 			},
 			TryOpen: func(t *testing.T, opts ...queue.Option) (*queue.Queue, error) {
-				return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc}, loc, opts...)
+				return queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc}, loc, opts...)
 			},
 			Persistent: true,
 			Caps:       jsQueueCaps,
+			RefuseAcks: refuseAcks(loc),
 		}
 	})
+}
+
+// refuseAcks is the suite's RefuseAcks on the queue loc: the acks of the
+// message with that data get no reply (jsengine.RefuseAck).
+func refuseAcks(loc string) func(t *testing.T, q *queue.Queue, data string) (undo func()) {
+	return func(t *testing.T, q *queue.Queue, data string) func() {
+		t.Helper()
+		ms, err := q.Peek(t.Context(), queue.MaxPeekLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Payload.Data == data {
+				return jsengine.RefuseAck(loc, uint64(m.ID))
+			}
+		}
+		t.Fatalf("no message %q to refuse the acks of", data)
+		return nil
+	}
 }

@@ -24,7 +24,7 @@ var bg = context.Background()
 
 func openQueue(t *testing.T, loc string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := queue.OpenEngine(bg, jsengine.Queue{Conn: connect(t)}, loc, opts...)
+	q, err := queue.OpenEngine(bg, jsengine.QueueEngine{Conn: connect(t)}, loc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 	t.Parallel()
 	nc := connect(t)
 	name, dlq := freshName("dl"), freshName("dlq")
-	q, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, dlq))
+	q, err := queue.OpenEngine(bg, jsengine.QueueEngine{Conn: nc}, name, queue.WithDeadLetter(3, dlq))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 	// A dead-letter queue that exists keeps its own window (its binding's,
 	// which its own Open checks) and gets marked by an Open with a policy.
 	old := freshName("dlqold")
-	oq, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, old)
+	oq, err := queue.OpenEngine(bg, jsengine.QueueEngine{Conn: nc}, old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 	if _, err := js.UpdateStream(bg, oc); err != nil {
 		t.Fatal(err)
 	}
-	q2, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, freshName("dl"), queue.WithDeadLetter(3, old))
+	q2, err := queue.OpenEngine(bg, jsengine.QueueEngine{Conn: nc}, freshName("dl"), queue.WithDeadLetter(3, old))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestQueueDeadLetterProvisioning(t *testing.T) {
 		t.Fatalf("older dead-letter stream after Open with a policy: %+v, %v; want its Duplicates 2m kept and the mark", oinfo.Config, err)
 	}
 	for _, bad := range []string{"", name, "no.dots"} {
-		_, err := queue.OpenEngine(bg, jsengine.Queue{Conn: nc}, name, queue.WithDeadLetter(3, bad))
+		_, err := queue.OpenEngine(bg, jsengine.QueueEngine{Conn: nc}, name, queue.WithDeadLetter(3, bad))
 		if !errors.Is(err, bindings.ErrInvalidInput) || !strings.Contains(err.Error(), "dead-letter queue") {
 			t.Errorf("Open with dead-letter queue %q = %v; want INVALID_INPUT naming the dead-letter queue", bad, err)
 		}
@@ -379,7 +379,7 @@ func TestKVFailsClosedOnOtherStream(t *testing.T) {
 		Subjects: []string{"lckv." + name + ".>"}, MaxMsgsPerSubject: 1, AllowDirect: true, AllowMsgTTL: true}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = kv.OpenEngine(bg, jsengine.KV{Conn: nc}, name)
+	_, err = kv.OpenEngine(bg, jsengine.KVEngine{Conn: nc}, name)
 	if !errors.Is(err, bindings.ErrBindingSetupFailed) || !strings.Contains(err.Error(), "allow_direct") {
 		t.Fatalf("Open over a direct-get stream = %v; want BINDING_SETUP_FAILED naming allow_direct", err)
 	}
@@ -392,7 +392,7 @@ func TestKVUntrustedExpiryHeader(t *testing.T) {
 	t.Parallel()
 	nc := connect(t)
 	name := freshName("kvhdr")
-	s, err := kv.OpenEngine(bg, jsengine.KV{Conn: nc}, name)
+	s, err := kv.OpenEngine(bg, jsengine.KVEngine{Conn: nc}, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestKVUntrustedExpiryHeader(t *testing.T) {
 // expired keys without changing anything.
 func TestKVLookupAndStats(t *testing.T) {
 	t.Parallel()
-	s, err := kv.OpenEngine(bg, jsengine.KV{Conn: connect(t)}, freshName("kvstats"))
+	s, err := kv.OpenEngine(bg, jsengine.KVEngine{Conn: connect(t)}, freshName("kvstats"))
 	if err != nil {
 		t.Fatal(err)
 	}

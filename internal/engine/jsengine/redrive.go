@@ -34,7 +34,7 @@ const redriveBatch = 100
 // Read-your-writes as in Receive: while the last write of this process
 // into this queue is not delivered yet, an empty pull is retried (up to
 // catchUpWait in all).
-func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.RedriveResult, error) {
+func (q *Queue) Redrive(ctx context.Context, o driver.Redrive) (driver.RedriveResult, error) {
 	var res driver.RedriveResult
 	if err := q.check(true); err != nil {
 		return res, err
@@ -130,7 +130,7 @@ func (q *jsQueue) Redrive(ctx context.Context, o driver.Redrive) (driver.Redrive
 // redriveOrigin returns origin if a redrive to origins may send a message
 // there: a queue of this engine whose stream exists and, if the handle has
 // move targets, one of them; else "".
-func (q *jsQueue) redriveOrigin(ctx context.Context, origin string) string {
+func (q *Queue) redriveOrigin(ctx context.Context, origin string) string {
 	if origin == "" || origin == q.name || !nameRE.MatchString(origin) {
 		return ""
 	}
@@ -153,7 +153,7 @@ func (q *jsQueue) redriveOrigin(ctx context.Context, origin string) string {
 }
 
 // redriveOne publishes m to the queue to and acks it here.
-func (q *jsQueue) redriveOne(ctx context.Context, m *nats.Msg, to string) error {
+func (q *Queue) redriveOne(ctx context.Context, m *nats.Msg, to string) error {
 	d, ok := q.parseAck(m.Reply)
 	if !ok {
 		return fmt.Errorf("redrive: a delivery with ack subject %q", m.Reply)
@@ -176,7 +176,7 @@ func (q *jsQueue) redriveOne(ctx context.Context, m *nats.Msg, to string) error 
 
 // pullRaw is one no-wait pull of up to max deliveries, returned as they
 // came (no lease set), retried while the consumer has no leader.
-func (q *jsQueue) pullRaw(ctx context.Context, max int) ([]*nats.Msg, error) {
+func (q *Queue) pullRaw(ctx context.Context, max int) ([]*nats.Msg, error) {
 	deadline := time.Now().Add(electionWait)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		out, err := q.pullRawOnce(ctx, max)
@@ -191,7 +191,7 @@ func (q *jsQueue) pullRaw(ctx context.Context, max int) ([]*nats.Msg, error) {
 	}
 }
 
-func (q *jsQueue) pullRawOnce(ctx context.Context, max int) ([]*nats.Msg, error) {
+func (q *Queue) pullRawOnce(ctx context.Context, max int) ([]*nats.Msg, error) {
 	inbox := nats.NewInbox()
 	sub, err := q.nc.SubscribeSync(inbox)
 	if err != nil {

@@ -85,7 +85,7 @@ func lastWrite(ident, stream string) uint64 {
 // any more (acked, purged, a deleted and re-created stream whose sequence
 // last is not one of its due messages), it drops the record, so the
 // receives after it do not look again.
-func (q *jsQueue) catchUp(ctx context.Context, last, seen uint64, deadline time.Time, wait time.Duration) bool {
+func (q *Queue) catchUp(ctx context.Context, last, seen uint64, deadline time.Time, wait time.Duration) bool {
 	if seen >= last {
 		forgetWrite(q.ident, q.stream, last)
 		return false

@@ -38,7 +38,7 @@ func rywTargets(t *testing.T) []rywTarget {
 func openWith(t *testing.T, nc *nats.Conn, replicas int, name string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
 	q := retryOpen(t, func() (*queue.Queue, error) {
-		return queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: replicas}, name, opts...)
+		return queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc, Replicas: replicas}, name, opts...)
 	})
 	t.Cleanup(func() { _ = q.Close() })
 	return q
@@ -295,7 +295,7 @@ func TestReadYourWritesAfterPurgeElsewhere(t *testing.T) {
 // settlePurge waits until the queue's consumer has nothing pending or in
 // flight after a purge: on a cluster the consumer's leader was seen to
 // deliver purged messages right after the purge's reply (as Purge waits,
-// queue.go's waitPurged).
+// inspect.go's waitPurged).
 func settlePurge(t *testing.T, st jetstream.Stream) {
 	t.Helper()
 	ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
-var _ driver.WaitReceiver = (*jsQueue)(nil)
+var _ driver.WaitReceiver = (*Queue)(nil)
 
 // longPollChunk bounds one long-poll pull request: a request the server
 // lost (its consumer's leader moved) costs at most this long a wake-up.
@@ -30,7 +30,7 @@ const longPollChunk = 5 * time.Second
 // back: a goroutine keeps its inbox until the request expires and releases
 // (a plain Nak) what the server delivers to it meanwhile, so nothing stays
 // hidden; that release counts a delivery the caller never saw.
-func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]driver.Message, error) {
+func (q *Queue) ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]driver.Message, error) {
 	end := time.Now().Add(wait)
 	for {
 		out, err := q.Receive(ctx, max, lease)
@@ -41,6 +41,7 @@ func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Dur
 		if left <= 0 {
 			return nil, nil
 		}
+		inc := q.incarnation(ctx) // before the request: its delivery's (incarnation.go)
 		m, err := q.longPoll(ctx, min(left, longPollChunk))
 		if err != nil {
 			return nil, err
@@ -56,7 +57,7 @@ func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Dur
 			q.moveSpent(ctx, []*nats.Msg{m})
 			continue
 		}
-		first, err := q.leaseOne(ctx, m, d, lease)
+		first, err := q.leaseOne(ctx, m, d, lease, inc)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +74,7 @@ func (q *jsQueue) ReceiveWait(ctx context.Context, max int, lease, wait time.Dur
 // longPoll sends one pull request for one message expiring after d and
 // waits for its answer: the delivery, or nil when it expired (or the
 // server answered with another status).
-func (q *jsQueue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, error) {
+func (q *Queue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, error) {
 	if err := q.check(true); err != nil {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func (q *jsQueue) longPoll(ctx context.Context, d time.Duration) (*nats.Msg, err
 // releaseAbandoned keeps the inbox of a pull request whose waiter gave up
 // until the request expires, and Naks (redelivers at once) a message the
 // server delivers to it meanwhile.
-func (q *jsQueue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
+func (q *Queue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
 	defer sub.Unsubscribe()
 	ctx, cancel := context.WithDeadline(context.Background(), expires.Add(time.Second))
 	defer cancel()
@@ -151,7 +152,7 @@ func (q *jsQueue) releaseAbandoned(sub *nats.Subscription, expires time.Time) {
 }
 
 // leaseOne gives the delivery m its own lease, as pull does for each.
-func (q *jsQueue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration) (driver.Message, error) {
+func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease time.Duration, inc string) (driver.Message, error) {
 	deadline := time.Now().Add(lease)
 	if err := q.nc.Publish(m.Reply, nakDelay(lease)); err != nil {
 		return driver.Message{}, fmt.Errorf("set lease of message %d: %w", d.seq, err)
@@ -165,9 +166,12 @@ func (q *jsQueue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease t
 	if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 		enq = time.UnixMilli(v)
 	}
+	if !q.stillIncarnation(ctx, inc) {
+		inc = noIncarnation // a reconnect or an election since the request: never acks
+	}
 	msg := driver.Message{
 		ID:            int64(d.seq),
-		ReceiptHandle: receiptPrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + m.Reply,
+		ReceiptHandle: formatReceipt(deadline, lease, inc, m.Reply),
 		Attempt:       int(d.delivered),
 		Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
 		EnqueuedAt:    enq,

@@ -36,7 +36,7 @@ func openOnURL(t testing.TB, url string, replicas int, name string, opts ...queu
 	t.Cleanup(nc.Close)
 	deadline := time.Now().Add(20 * time.Second) // a cluster may still settle
 	for {
-		q, err := queue.OpenEngine(context.Background(), jsengine.Queue{Conn: nc, Replicas: replicas}, name,
+		q, err := queue.OpenEngine(context.Background(), jsengine.QueueEngine{Conn: nc, Replicas: replicas}, name,
 			append([]queue.Option{queue.WithPollInterval(longPoll)}, opts...)...)
 		if err == nil {
 			t.Cleanup(func() { _ = q.Close() })

@@ -33,7 +33,7 @@ func (h *handle) QueueMover(ctx context.Context, lease time.Duration) (engine.Qu
 	if err != nil {
 		return nil, err
 	}
-	d, err := jsengine.Queue{Conn: h.nc, Replicas: h.b.Replicas}.Open(ctx, cfg)
+	d, err := jsengine.QueueEngine{Conn: h.nc, Replicas: h.b.Replicas}.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open queue %s on jetstream (stream %s): %w", h.b.Name, Stream(h.b), err)
 	}

@@ -36,14 +36,14 @@ func (Tools) Open(ctx context.Context, env *engine.Env, b config.Binding, a engi
 	switch b.Type {
 	case config.TypeKV:
 		opts := append(engine.KVOptions(b, a), kv.WithLogger(log))
-		h.kv, err = kv.OpenEngine(ctx, jsengine.KV{Conn: nc, Replicas: b.Replicas}, b.Name, opts...)
+		h.kv, err = kv.OpenEngine(ctx, jsengine.KVEngine{Conn: nc, Replicas: b.Replicas}, b.Name, opts...)
 	case config.TypeQueue:
 		opts := engine.ReadQueueOptions(b)
 		if a != engine.Read {
 			opts = engine.QueueOptions(env.Stack, b)
 		}
 		opts = append(opts, queue.WithLogger(log))
-		h.q, err = queue.OpenEngine(ctx, jsengine.Queue{Conn: nc, Replicas: b.Replicas}, b.Name, opts...)
+		h.q, err = queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc, Replicas: b.Replicas}, b.Name, opts...)
 	default:
 		err = fmt.Errorf("unknown binding type %q", b.Type)
 	}

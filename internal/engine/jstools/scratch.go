@@ -77,11 +77,11 @@ type scratch struct {
 }
 
 func (s *scratch) OpenKV(ctx context.Context) (*kv.Store, error) {
-	return kv.OpenEngine(ctx, jsengine.KV{Conn: s.nc, Replicas: s.b.Replicas}, s.b.Name, kv.WithDurability(s.durability))
+	return kv.OpenEngine(ctx, jsengine.KVEngine{Conn: s.nc, Replicas: s.b.Replicas}, s.b.Name, kv.WithDurability(s.durability))
 }
 
 func (s *scratch) OpenQueue(ctx context.Context) (*queue.Queue, error) {
-	return queue.OpenEngine(ctx, jsengine.Queue{Conn: s.nc, Replicas: s.b.Replicas}, s.b.Name, queue.WithDurability(s.durability))
+	return queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: s.nc, Replicas: s.b.Replicas}, s.b.Name, queue.WithDurability(s.durability))
 }
 
 func (s *scratch) Location() string    { return s.b.Name }

@@ -122,7 +122,7 @@ type appBinding struct {
 	queue.EnvSettings
 }
 
-// AppBinding is the JSON jsengine.EnvKV and jsengine.EnvQueue read: the
+// AppBinding is the JSON jsengine.EnvKVEngine and jsengine.EnvQueueEngine read: the
 // connection (no secret: the token by its variable's name), the name and
 // replicas; for a queue its settings and the dead-letter queue by name.
 func (Tools) AppBinding(st *config.Stack, b config.Binding, natsURL string) (any, error) {

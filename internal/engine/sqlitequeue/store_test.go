@@ -55,7 +55,7 @@ func fileHarness(t *testing.T) queuetest.Harness {
 	return queuetest.Harness{
 		Persistent: true,
 		Caps:       sqliteCaps,
-		Check:      integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends,
+		Check:      integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends, RefuseAcks: refuseAcks,
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openFile(t, dir, opts...)
@@ -79,7 +79,7 @@ func memoryHarness(t *testing.T) queuetest.Harness {
 	name := memName("conformance")
 	return queuetest.Harness{
 		Caps:  sqliteCaps,
-		Check: integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends,
+		Check: integrityCheck, CheckReceipt: checkReceiptColumn, RefuseSends: refuseSends, RefuseAcks: refuseAcks,
 		Open: func(t *testing.T, opts ...queue.Option) *queue.Queue {
 			t.Helper()
 			return openMemory(t, name, opts...)
@@ -142,10 +142,24 @@ func checkReceiptColumn(t *testing.T, q *queue.Queue, m queue.Message) {
 // the file's schema is unchanged and nobody else sees it.
 func refuseSends(t *testing.T, q *queue.Queue, data string) (undo func()) {
 	t.Helper()
+	return refuse(t, q, "INSERT", "NEW", data)
+}
+
+// refuseAcks makes q's store abort the delete of the message whose data is
+// data (an ack's), until undo.
+func refuseAcks(t *testing.T, q *queue.Queue, data string) (undo func()) {
+	t.Helper()
+	return refuse(t, q, "DELETE", "OLD", data)
+}
+
+// refuse adds a temporary trigger that aborts every op (INSERT, DELETE) on
+// the messages table whose row (NEW, OLD) has the payload data.
+func refuse(t *testing.T, q *queue.Queue, op, row, data string) (undo func()) {
+	t.Helper()
 	db := dbOf(q)
 	err := db.Write(ctx, func(tx *sqlstore.Tx) error {
-		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE INSERT ON main.messages
-WHEN NEW.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT RAISE(ABORT, 'queuetest: refused insert'); END`)
+		_, err := tx.Exec(ctx, `CREATE TEMP TRIGGER queuetest_fail BEFORE `+op+` ON main.messages
+WHEN `+row+`.payload_data = '`+strings.ReplaceAll(data, "'", "''")+`' BEGIN SELECT RAISE(ABORT, 'queuetest: refused `+strings.ToLower(op)+`'); END`)
 		return err
 	})
 	if err != nil {
