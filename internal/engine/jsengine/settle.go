@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
