@@ -292,8 +292,16 @@ const (
 // -shm index, which that process kept up to date, must name the same WAL:
 // equal salts (random per WAL generation) and page size. A -wal without its
 // -shm, or with an -shm of another WAL, is refused: SQLite would replay it
-// into the database whatever database it came from. pageSize is the
-// database's (0 for an empty file).
+// into the database whatever database it came from. Except after a restart:
+// a -wal last written before the system booted was left by a power cut or an
+// OS crash, and then its -shm, which SQLite never fsyncs, holds whatever
+// reached the disk (nothing, zeros, an older WAL's salts) and proves
+// nothing; such a -wal is the store's own unless someone copied it there
+// keeping its old time, and it is taken as a crash's (the read-only
+// replay of checkRecovered still checks marker, schema and quick_check
+// before anything is checkpointed). The power-cut tests
+// (internal/powercuttest) showed every store with a -wal refused after a
+// cut without this. pageSize is the database's (0 for an empty file).
 func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 	walPath, shmPath := path+"-wal", path+"-shm"
 	wi, err := os.Lstat(walPath)
@@ -329,11 +337,18 @@ func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 	if pageSize != 0 && walPage != pageSize {
 		return refuse(fmt.Sprintf("its page size is %d, the database's is %d", walPage, pageSize))
 	}
+	// Only the -shm's evidence is waived after a restart.
+	unvouched := func(why string) (walState, *fileProblem) {
+		if boot := bootTime(); !boot.IsZero() && wi.ModTime().Before(boot) {
+			return walOrphan, nil
+		}
+		return refuse(why)
+	}
 	sh := make([]byte, shmHeaderSize)
 	if err := readAt(shmPath, sh); errors.Is(err, fs.ErrNotExist) {
-		return refuse("there is no " + filepath.Base(shmPath) + " beside it, which every process that writes the WAL keeps until its WAL is checkpointed")
+		return unvouched("there is no " + filepath.Base(shmPath) + " beside it, which every process that writes the WAL keeps until its WAL is checkpointed")
 	} else if err != nil {
-		return refuse("its index " + filepath.Base(shmPath) + " cannot be read (" + err.Error() + ")")
+		return unvouched("its index " + filepath.Base(shmPath) + " cannot be read (" + err.Error() + ")")
 	}
 	// The -shm holds two copies of the index header (the second written
 	// first), in native byte order: isInit is byte 12, mxFrame bytes
@@ -353,7 +368,7 @@ func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 		}
 	}
 	if !known {
-		return refuse(fmt.Sprintf("its salts %x are not the ones its index %s records (%x), so the index is of another WAL",
+		return unvouched(fmt.Sprintf("its salts %x are not the ones its index %s records (%x), so the index is of another WAL",
 			wh[16:24], filepath.Base(shmPath), sh[32:40]))
 	}
 	return walOrphan, nil

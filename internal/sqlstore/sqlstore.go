@@ -283,9 +283,11 @@ func fileURI(path string, q url.Values) string {
 // prepareFile creates the store directory (0700) and an empty database file
 // (0600) so SQLite, which would create it 0644, inherits the private mode for
 // the database and its -wal/-shm siblings. An existing file is left alone.
+// New directories and the new file's name are fsynced into their parents
+// (dirsync.go), so a power cut cannot take a store that has commits away.
 func prepareFile(dir, path string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store directory %q", dir)
+	if err := makeStoreDir(dir); err != nil {
+		return err
 	}
 	st, err := os.Stat(path)
 	switch {
@@ -310,7 +312,13 @@ func prepareFile(dir, path string) error {
 	if err != nil {
 		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store %q", path)
 	}
-	return fh.Close()
+	if err := fh.Close(); err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store %q", path)
+	}
+	if err := syncDir(dir); err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "sync store directory %q", dir)
+	}
+	return nil
 }
 
 func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {

@@ -224,7 +224,9 @@ func (p *FS) closeFds() {
 type CutOptions struct {
 	// Tear writes a sector-aligned prefix of each file's last unsynced
 	// write (at least one sector, never all of it) after dropping the rest:
-	// the page that reached the disk before the power went.
+	// the part of a page that reached the disk before the power went. A
+	// torn write that grew the file leaves it at its new size, zeros after
+	// the prefix.
 	Tear bool
 	// Rand picks where writes tear; nil uses a fixed seed.
 	Rand *rand.Rand
@@ -287,6 +289,14 @@ func (p *FS) Cut(opts CutOptions) (CutReport, error) {
 			if n := tearLength(f.last.off, len(f.last.data), opts.Rand); n > 0 {
 				if _, err := syscall.Pwrite(f.fd, f.last.data[:n], f.last.off); err != nil {
 					return rep, fmt.Errorf("powercut: tear inode %d: %w", ino, err)
+				}
+				// A torn write that grew the file keeps its whole size,
+				// the sectors that did not arrive reading as zeros (the
+				// size reached the disk, part of the data did not).
+				if end := f.last.off + int64(len(f.last.data)); end > f.syncedSize {
+					if err := syscall.Ftruncate(f.fd, end); err != nil {
+						return rep, fmt.Errorf("powercut: tear inode %d: %w", ino, err)
+					}
 				}
 				rep.Torn++
 			}

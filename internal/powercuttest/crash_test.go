@@ -1,0 +1,468 @@
+package powercuttest
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/localcloud/localcloud/bindings"
+	"github.com/localcloud/localcloud/bindings/kv"
+	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
+	"github.com/localcloud/localcloud/internal/engine/sqlitekv"
+	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
+	"github.com/localcloud/localcloud/internal/engine/sqlitetools"
+	"github.com/localcloud/localcloud/internal/testutil"
+	"github.com/localcloud/localcloud/internal/testutil/powercut"
+	_ "modernc.org/sqlite"
+)
+
+// defaultRounds keeps `go test ./...` short; LOCALCLOUD_POWERCUT_ROUNDS=N
+// runs N cuts per setting.
+const defaultRounds = 2
+
+// tally is what the cuts of one setting found.
+type tally struct {
+	cuts        int
+	acked       int // operations acknowledged: sends, acks, won put-if-absent, puts
+	lost        int // acknowledged and gone: sends, put-if-absent wins, puts
+	resurrected int // confirmed acks whose message is back
+	both        int // a message in the queue and its dead-letter queue
+	neither     int // a dead-letter message (acknowledged send) in neither, not a recent loss
+	holes       int // a lost message older than one that survived from the same producer
+	corrupt     int // stores failing check (marker, schema, integrity, modes)
+	dups        int // a message twice in one store, or two winners of one key
+	maxLossAge  time.Duration
+	torn        int
+}
+
+func (t *tally) add(o tally) {
+	t.cuts += o.cuts
+	t.acked += o.acked
+	t.lost += o.lost
+	t.resurrected += o.resurrected
+	t.both += o.both
+	t.neither += o.neither
+	t.holes += o.holes
+	t.corrupt += o.corrupt
+	t.dups += o.dups
+	t.maxLossAge = max(t.maxLossAge, o.maxLossAge)
+	t.torn += o.torn
+}
+
+func (t tally) row(name string) string {
+	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %v |", name, t.cuts, t.acked, t.lost, t.resurrected,
+		t.both, t.neither, t.corrupt, t.holes, t.dups, t.maxLossAge.Round(time.Millisecond))
+}
+
+func rounds(t *testing.T) int {
+	s := os.Getenv("LOCALCLOUD_POWERCUT_ROUNDS")
+	if s == "" {
+		return defaultRounds
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("LOCALCLOUD_POWERCUT_ROUNDS: want a count of at least 1, got %q", s)
+	}
+	return n
+}
+
+// TestPowercut runs producers, Consume consumers, a receive/ack consumer, a
+// redriver and put-if-absent writers as processes on stores inside a
+// powercut mount, kills them all at a random moment, cuts the power and
+// checks what is left against their ledgers.
+func TestPowercut(t *testing.T) {
+	if os.Getenv(envRole) != "" {
+		t.Skip("in a helper process")
+	}
+	if why := powercut.Available(); why != "" {
+		t.Skip(why)
+	}
+	n := rounds(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LOCALCLOUD_POWERCUT_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("LOCALCLOUD_POWERCUT_SEED=%d", seed)
+	for _, d := range []bindings.Durability{bindings.DurabilityFull, bindings.DurabilityNormal} {
+		t.Run(string(d), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, uint64(len(d))))
+			var tot tally
+			for r := range n {
+				t.Run(fmt.Sprintf("cut%d", r), func(t *testing.T) {
+					got := cutRound(t, d, rng)
+					tot.add(got)
+					if got.corrupt > 0 || got.both > 0 || got.neither > 0 || got.holes > 0 || got.dups > 0 {
+						t.Errorf("%s", got.row(string(d)))
+					}
+					if d == bindings.DurabilityFull && (got.lost > 0 || got.resurrected > 0) {
+						t.Errorf("durability full lost acknowledged operations: %s", got.row(string(d)))
+					}
+				})
+			}
+			t.Logf("| setting | cuts | ops acknowledged | lost | resurrected | in both | in neither | corrupt | holes | dups | max age of a loss |")
+			t.Logf("%s (torn writes: %d)", tot.row("sqlite "+string(d)), tot.torn)
+		})
+	}
+}
+
+// roles are the processes of one round.
+var roles = []string{"producer", "producer", "consumer", "acker", "redriver", "kv", "kv"}
+
+func cutRound(t *testing.T, d bindings.Durability, rng *rand.Rand) tally {
+	p := powercut.Mount(t)
+	dir := p.Dir()
+	ledgers := t.TempDir()
+	var children []*testutil.Child
+	for i, role := range roles {
+		name := fmt.Sprintf("%s%d", role, i)
+		c := testutil.StartChild(t, name, "TestPowercutChild",
+			envRole+"="+role, envName+"="+name, envDir+"="+dir, envDurability+"="+string(d),
+			envLedger+"="+filepath.Join(ledgers, name+".log"))
+		children = append(children, c)
+	}
+	for _, c := range children {
+		c.Expect(t, "ready", 60*time.Second)
+	}
+	time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond))))
+	for _, c := range children {
+		_ = c.Cmd.Process.Kill() // SIGKILL, by pid
+	}
+	for _, c := range children {
+		<-c.Done
+	}
+	killed := time.Now()
+	rep, err := p.Cut(powercut.CutOptions{Tear: rng.IntN(2) == 0, Rand: rng})
+	if err != nil {
+		t.Fatalf("cut: %v", err)
+	}
+	// The stores go back to the paths they were used at (the moves they
+	// record name them), now on the real disk.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p.RealDir(), dir); err != nil {
+		t.Fatal(err)
+	}
+	reboot(t, dir)
+	var out tally
+	out.cuts = 1
+	out.torn = rep.Torn
+	check(t, d, dir, ledgers, killed, &out)
+	return out
+}
+
+// reboot gives every file under dir a time before this system's boot: a
+// power cut is followed by a restart, and what a process of the earlier
+// boot left (a -wal, its -shm that SQLite never syncs) is then older than
+// the boot, which is how a store tells a crash's leftovers from a copy.
+func reboot(t *testing.T, dir string) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boot int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if boot == 0 {
+		t.Fatal("no btime in /proc/stat")
+	}
+	before := time.Unix(boot, 0).Add(-time.Minute)
+	err = filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(path, before, before)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// entry is what the ledgers say of one message or key.
+type entry struct {
+	tried, sent, acking, acked, handled bool
+	sentAt                              time.Time
+}
+
+func readLedgers(t *testing.T, dir string) (map[string]*entry, map[string][]string, map[string][2]int, []string) {
+	msgs := map[string]*entry{}
+	wins := map[string][]string{}   // key -> winning values
+	counters := map[string][2]int{} // child -> last acknowledged, last tried
+	var winKeys []string
+	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			kind, rest, _ := strings.Cut(sc.Text(), " ")
+			ns, subject, _ := strings.Cut(rest, " ")
+			at, err := strconv.ParseInt(ns, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: bad line %q", name, sc.Text())
+			}
+			switch kind {
+			case "T", "S", "a", "A", "H":
+				e := msgs[subject]
+				if e == nil {
+					e = &entry{}
+					msgs[subject] = e
+				}
+				switch kind {
+				case "T":
+					e.tried = true
+				case "S":
+					e.sent, e.sentAt = true, time.Unix(0, at)
+				case "a":
+					e.acking = true
+				case "A":
+					e.acked = true
+				case "H":
+					e.handled = true
+				}
+			case "W":
+				key, val, _ := strings.Cut(subject, " ")
+				if len(wins[key]) == 0 {
+					winKeys = append(winKeys, key)
+				}
+				wins[key] = append(wins[key], val)
+			case "c", "C":
+				child, v, _ := strings.Cut(subject, " ")
+				i, _ := strconv.Atoi(v)
+				c, ok := counters[child]
+				if !ok {
+					c = [2]int{-1, -1}
+				}
+				if kind == "C" {
+					c[0] = i
+				} else {
+					c[1] = i
+				}
+				counters[child] = c
+			}
+		}
+		f.Close()
+	}
+	return msgs, wins, counters, winKeys
+}
+
+// payloads reads every message of the queue store at dir (in flight and
+// moving ones too), counting each payload.
+func payloads(t *testing.T, dir string) map[string]int {
+	out := map[string]int{}
+	file := filepath.Join(dir, sqlitequeue.FileName)
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return out
+	}
+	db, err := sql.Open("sqlite", "file:"+file+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT payload_data FROM messages`)
+	if err != nil {
+		t.Fatalf("read %s: %v", file, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		out[p]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func storeCheck(t *testing.T, name string, typ config.Type, path string, out *tally) {
+	r, err := sqlitetools.Tools{}.Check(context.Background(), &engine.Env{}, config.Binding{Name: name, Type: typ, Path: path})
+	if err != nil {
+		t.Errorf("check %s: %v", path, err)
+		out.corrupt++
+		return
+	}
+	if !r.OK {
+		t.Errorf("check %s after the cut: %+v", path, r.Problems)
+		out.corrupt++
+	}
+}
+
+// producerOf splits "m-<producer>-<i>[-poison]".
+func producerOf(p string) (string, int) {
+	parts := strings.Split(p, "-")
+	i, _ := strconv.Atoi(parts[2])
+	return parts[1], i
+}
+
+func check(t *testing.T, d bindings.Durability, dir, ledgers string, killed time.Time, out *tally) {
+	ctx := context.Background()
+	qdir, dlqdir, kvdir := filepath.Join(dir, "q"), filepath.Join(dir, "dlq"), filepath.Join(dir, "kv")
+	// Read-only checks first, on the files exactly as the cut left them.
+	storeCheck(t, "q", config.TypeQueue, qdir, out)
+	storeCheck(t, "dlq", config.TypeQueue, dlqdir, out)
+	storeCheck(t, "kv", config.TypeKV, kvdir, out)
+	if out.corrupt > 0 {
+		return
+	}
+	// A read-write open finishes the moves the killed processes left.
+	for _, o := range []struct {
+		dir  string
+		opts []queue.Option
+	}{{qdir, queueOpts(dir, d)}, {dlqdir, dlqOpts(dir, d)}} {
+		if _, err := os.Stat(filepath.Join(o.dir, sqlitequeue.FileName)); err != nil {
+			continue
+		}
+		q, err := queue.Open(ctx, o.dir, o.opts...)
+		if err != nil {
+			t.Fatalf("open %s after the cut: %v", o.dir, err)
+		}
+		if _, err := q.Stats(ctx); err != nil {
+			t.Fatalf("stats %s: %v", o.dir, err)
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inQ, inDLQ := payloads(t, qdir), payloads(t, dlqdir)
+	msgs, wins, counters, winKeys := readLedgers(t, ledgers)
+
+	// The newest surviving message of each producer: a loss older than it
+	// is a hole, not a loss of the most recent writes.
+	newest := map[string]int{}
+	for _, m := range []map[string]int{inQ, inDLQ} {
+		for p, n := range m {
+			if msgs[p] == nil || !msgs[p].tried {
+				t.Errorf("message %q after the cut was never sent", p)
+				out.dups++
+				continue
+			}
+			if n > 1 {
+				t.Errorf("message %q is %d times in one store", p, n)
+				out.dups++
+			}
+			prod, i := producerOf(p)
+			if cur, ok := newest[prod]; !ok || i > cur {
+				newest[prod] = i
+			}
+		}
+	}
+	for p, e := range msgs {
+		if e.sent {
+			out.acked++
+		}
+		if e.acked {
+			out.acked++
+		}
+		q, dl := inQ[p] > 0, inDLQ[p] > 0
+		present := q || dl
+		switch {
+		case q && dl:
+			out.both++
+			t.Errorf("message %q is in both the queue and its dead-letter queue", p)
+		case e.acked && present:
+			out.resurrected++
+			if d == bindings.DurabilityFull {
+				t.Errorf("message %q was acked (confirmed) and is back after the cut", p)
+			}
+		case e.sent && !present && !e.acked && !e.handled && !e.acking:
+			prod, i := producerOf(p)
+			last, ok := newest[prod]
+			recent := !ok || i > last
+			switch {
+			case !recent && poison(p):
+				out.neither++
+				t.Errorf("dead-letter message %q (acknowledged send) is in neither queue, and a later message of %s survived", p, prod)
+			case !recent:
+				out.holes++
+				t.Errorf("message %q (acknowledged send) is lost, and a later message of %s survived", p, prod)
+			default:
+				out.lost++
+				out.maxLossAge = max(out.maxLossAge, killed.Sub(e.sentAt))
+				if d == bindings.DurabilityFull {
+					t.Errorf("message %q: send acknowledged %v before the cut, lost", p, killed.Sub(e.sentAt).Round(time.Millisecond))
+				}
+			}
+		}
+	}
+
+	// KV: every won put-if-absent holds its value; counters hold at least
+	// their last acknowledged value.
+	if _, err := os.Stat(filepath.Join(kvdir, sqlitekv.FileName)); err != nil && len(winKeys) > 0 {
+		t.Logf("kv store gone after the cut: %v", err)
+	}
+	s, err := kv.Open(ctx, kvdir, kv.WithDurability(d))
+	if err != nil {
+		t.Fatalf("open kv after the cut: %v", err)
+	}
+	defer s.Close()
+	for _, key := range winKeys {
+		vals := wins[key]
+		out.acked++
+		if len(vals) > 1 {
+			out.dups++
+			t.Errorf("key %s won by %d puts: %v", key, len(vals), vals)
+		}
+		got, ok, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			out.lost++
+			if d == bindings.DurabilityFull {
+				t.Errorf("key %s: won put-if-absent lost", key)
+			}
+			continue
+		}
+		if string(got) != vals[0] {
+			out.dups++
+			t.Errorf("key %s = %q, but %q won it", key, got, vals[0])
+		}
+	}
+	for child, c := range counters {
+		if c[0] < 0 {
+			continue
+		}
+		out.acked += c[0] + 1
+		got, ok, err := s.Get(ctx, "c-"+child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := -1
+		if ok {
+			v, _ = strconv.Atoi(string(got))
+		}
+		if v > c[1] {
+			out.dups++
+			t.Errorf("counter of %s = %d, never written (last tried %d)", child, v, c[1])
+		}
+		if v < c[0] {
+			out.lost += c[0] - v
+			if d == bindings.DurabilityFull {
+				t.Errorf("counter of %s = %d after the cut; %d was acknowledged", child, v, c[0])
+			}
+		}
+	}
+}
