@@ -83,6 +83,9 @@ type DB struct {
 	log    *slog.Logger
 	ro     bool
 	goBusy bool // busy waits happen in begin, not in SQLite
+	// lazySync: commits are not fsynced (durability normal); SyncWAL
+	// makes them durable when an order across files needs it.
+	lazySync bool
 
 	group committer // group commit of Exec and WriteRow (group.go)
 
@@ -161,7 +164,8 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 		wq.Set("_txlock", "immediate")
 	}
 	q.Add("_pragma", "query_only(1)")
-	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly}
+	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly,
+		lazySync: o.Durability != bindings.DurabilityFull}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
 		return nil, db.openErr(err)
