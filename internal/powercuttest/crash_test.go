@@ -35,15 +35,16 @@ const defaultRounds = 2
 // tally is what the cuts of one setting found.
 type tally struct {
 	cuts        int
-	acked       int // operations acknowledged: sends, acks, won put-if-absent, puts
-	lost        int // acknowledged and gone: sends, put-if-absent wins, puts
-	resurrected int // confirmed acks whose message is back
-	both        int // a message in the queue and its dead-letter queue
-	neither     int // a dead-letter message (acknowledged send) in neither, not a recent loss
-	holes       int // a lost message older than one that survived from the same producer
-	corrupt     int // stores failing check (marker, schema, integrity, modes)
-	dups        int // a message twice in one store, or two winners of one key
-	maxLossAge  time.Duration
+	acked       int           // operations acknowledged: sends, acks, won put-if-absent, puts
+	lost        int           // acknowledged and gone: sends, put-if-absent wins, puts
+	resurrected int           // confirmed acks whose message is back
+	both        int           // a message in the queue and its dead-letter queue
+	neither     int           // a dead-letter message (acknowledged send) in neither, not a recent loss
+	holes       int           // a lost message older than one that survived from the same producer
+	corrupt     int           // stores failing check (marker, schema, integrity, modes)
+	dups        int           // a message twice in one store, or two winners of one key
+	maxLossAge  time.Duration // of an acknowledged send, ack, win or put lost (or an ack undone)
+	maxLostCut  int           // most acknowledged operations undone by one cut
 	torn        int
 }
 
@@ -58,12 +59,13 @@ func (t *tally) add(o tally) {
 	t.corrupt += o.corrupt
 	t.dups += o.dups
 	t.maxLossAge = max(t.maxLossAge, o.maxLossAge)
+	t.maxLostCut = max(t.maxLostCut, o.maxLostCut)
 	t.torn += o.torn
 }
 
 func (t tally) row(name string) string {
-	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %v |", name, t.cuts, t.acked, t.lost, t.resurrected,
-		t.both, t.neither, t.corrupt, t.holes, t.dups, t.maxLossAge.Round(time.Millisecond))
+	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %v | %d |", name, t.cuts, t.acked, t.lost, t.resurrected,
+		t.both, t.neither, t.corrupt, t.holes, t.dups, t.maxLossAge.Round(time.Millisecond), t.maxLostCut)
 }
 
 func rounds(t *testing.T) int {
@@ -111,7 +113,7 @@ func TestPowercut(t *testing.T) {
 					}
 				})
 			}
-			t.Logf("| setting | cuts | ops acknowledged | lost | resurrected | in both | in neither | corrupt | holes | dups | max age of a loss |")
+			t.Logf("| setting | cuts | ops acknowledged | lost | resurrected | in both | in neither | corrupt | holes | dups | max age of a loss | most lost in one cut |")
 			t.Logf("%s (torn writes: %d)", tot.row("sqlite "+string(d)), tot.torn)
 		})
 	}
@@ -160,6 +162,7 @@ func cutRound(t *testing.T, d bindings.Durability, rng *rand.Rand) tally {
 	out.cuts = 1
 	out.torn = rep.Torn
 	check(t, d, dir, ledgers, killed, &out)
+	out.maxLostCut = out.lost + out.resurrected
 	return out
 }
 
@@ -196,7 +199,7 @@ func reboot(t *testing.T, dir string) {
 // entry is what the ledgers say of one message or key.
 type entry struct {
 	tried, sent, acking, acked, handled bool
-	sentAt                              time.Time
+	sentAt, ackedAt                     time.Time
 }
 
 func readLedgers(t *testing.T, dir string) (map[string]*entry, map[string][]string, map[string][2]int, []string) {
@@ -236,7 +239,7 @@ func readLedgers(t *testing.T, dir string) (map[string]*entry, map[string][]stri
 				case "a":
 					e.acking = true
 				case "A":
-					e.acked = true
+					e.acked, e.ackedAt = true, time.Unix(0, at)
 				case "H":
 					e.handled = true
 				}
@@ -384,6 +387,7 @@ func check(t *testing.T, d bindings.Durability, dir, ledgers string, killed time
 			t.Errorf("message %q is in both the queue and its dead-letter queue", p)
 		case e.acked && present:
 			out.resurrected++
+			out.maxLossAge = max(out.maxLossAge, killed.Sub(e.ackedAt))
 			if d == bindings.DurabilityFull {
 				t.Errorf("message %q was acked (confirmed) and is back after the cut", p)
 			}
