@@ -15,6 +15,9 @@ import (
 	"github.com/localcloud/localcloud/bindings"
 	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
+	"github.com/localcloud/localcloud/internal/engine/jsengine"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // The environment of a child process.
@@ -24,7 +27,72 @@ const (
 	envDir        = "LOCALCLOUD_POWERCUT_DIR"  // the mount: stores q, dlq, kv
 	envLedger     = "LOCALCLOUD_POWERCUT_LEDGER"
 	envDurability = "LOCALCLOUD_POWERCUT_DURABILITY"
+	envEngine     = "LOCALCLOUD_POWERCUT_ENGINE" // sqlite or jetstream
+	envURL        = "LOCALCLOUD_POWERCUT_URL"    // the JetStream server's
 )
+
+// jetstream reports whether the children use the JetStream engine.
+func jetstream() bool { return os.Getenv(envEngine) == "jetstream" }
+
+// startJetStream runs an embedded NATS server with JetStream whose store is
+// under dir, with the settings the README recommends for durability d:
+// lazy sync (the server's default, every 2 minutes) for normal, an fsync
+// per write (SyncAlways) for full.
+func startJetStream(t testing.TB, dir string, d bindings.Durability) *server.Server {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: filepath.Join(dir, "js"), SyncAlways: d == bindings.DurabilityFull})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		t.Fatal("JetStream server not ready")
+	}
+	return srv
+}
+
+// openQueue opens the queue "q" of the round on the children's engine.
+func openQueue(t testing.TB, dir string, d bindings.Durability) *queue.Queue {
+	ctx := context.Background()
+	if jetstream() {
+		nc, err := nats.Connect(os.Getenv(envURL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := queue.OpenEngine(ctx, jsengine.Queue{Conn: nc}, "q", queue.WithPollInterval(5*time.Millisecond),
+			queue.WithRetryDelay(time.Millisecond), queue.WithMaxRetryDelay(2*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	q, err := queue.Open(ctx, filepath.Join(dir, "q"), queueOpts(dir, d)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// openKV opens the kv store "kv" of the round on the children's engine.
+func openKV(t testing.TB, dir string, d bindings.Durability) *kv.Store {
+	ctx := context.Background()
+	if jetstream() {
+		nc, err := nats.Connect(os.Getenv(envURL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := kv.OpenEngine(ctx, jsengine.KV{Conn: nc}, "kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s, err := kv.Open(ctx, filepath.Join(dir, "kv"), kv.WithDurability(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // maxAttempts is the queue's dead-letter policy.
 const maxAttempts = 2
@@ -75,15 +143,16 @@ func TestPowercutChild(t *testing.T) {
 	led := ledger{f}
 	ctx := context.Background()
 	switch role {
+	case "jsserver":
+		srv := startJetStream(t, dir, d)
+		fmt.Println("ready " + srv.ClientURL())
+		select {}
 	case "producer":
-		q, err := queue.Open(ctx, filepath.Join(dir, "q"), queueOpts(dir, d)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := openQueue(t, dir, d)
 		fmt.Println("ready")
 		for i := 0; ; i++ {
 			p := fmt.Sprintf("m-%s-%d", name, i)
-			if i%7 == 3 {
+			if i%7 == 3 && !jetstream() { // no dead-letter queue on JetStream here
 				p += "-poison"
 			}
 			led.add("T", p)
@@ -93,12 +162,9 @@ func TestPowercutChild(t *testing.T) {
 			led.add("S", p)
 		}
 	case "consumer":
-		q, err := queue.Open(ctx, filepath.Join(dir, "q"), queueOpts(dir, d)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := openQueue(t, dir, d)
 		fmt.Println("ready")
-		err = q.Consume(ctx, func(_ context.Context, m queue.Message) error {
+		err := q.Consume(ctx, func(_ context.Context, m queue.Message) error {
 			if poison(m.Payload.Data) {
 				return fmt.Errorf("poison")
 			}
@@ -107,10 +173,7 @@ func TestPowercutChild(t *testing.T) {
 		}, queue.ConsumeWorkers(2), queue.ConsumeRetryDelay(time.Millisecond), queue.ConsumeMaxRetryDelay(2*time.Millisecond))
 		t.Fatalf("consume: %v", err)
 	case "acker":
-		q, err := queue.Open(ctx, filepath.Join(dir, "q"), queueOpts(dir, d)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		q := openQueue(t, dir, d)
 		fmt.Println("ready")
 		for {
 			ms, err := q.Receive(ctx, 5)
@@ -147,10 +210,7 @@ func TestPowercutChild(t *testing.T) {
 			}
 		}
 	case "kv":
-		s, err := kv.Open(ctx, filepath.Join(dir, "kv"), kv.WithDurability(d))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := openKV(t, dir, d)
 		fmt.Println("ready")
 		for i := 0; ; i++ {
 			// Every kv child races for the same keys.
