@@ -202,6 +202,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		}
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
+	s.syncJetStreamDirs(st.DataDir)
 	s.hints = s.startHints()
 	for _, x := range stores {
 		s.stores[x.cfg.Name] = x

@@ -220,6 +220,16 @@ func (p *FS) closeFds() {
 	}
 }
 
+// Freeze is the moment the power goes: every later change through the
+// mount fails with EIO and reaches nothing. A test that must close what it
+// holds in the mount before Cut (Cut needs every file closed) freezes
+// first, so that the closing writes nothing durable.
+func (p *FS) Freeze() {
+	p.mu.Lock()
+	p.frozen = true
+	p.mu.Unlock()
+}
+
 // CutOptions says how a cut treats the last unsynced write of each file.
 type CutOptions struct {
 	// Tear writes a sector-aligned prefix of each file's last unsynced
@@ -245,9 +255,7 @@ type CutReport struct {
 // first), and the real directory is put back to its durable state. The
 // report says what was dropped.
 func (p *FS) Cut(opts CutOptions) (CutReport, error) {
-	p.mu.Lock()
-	p.frozen = true
-	p.mu.Unlock()
+	p.Freeze()
 	p.unmount()
 	p.mu.Lock()
 	defer p.mu.Unlock()
