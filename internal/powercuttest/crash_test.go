@@ -148,7 +148,7 @@ func cutRound(t *testing.T, eng string, d bindings.Durability, rng *rand.Rand) t
 	var env []string
 	if eng == "jetstream" {
 		srv := start("jsserver")
-		url := strings.TrimPrefix(srv.Expect(t, "ready ", 60*time.Second), "ready ")
+		url := strings.TrimPrefix(waitReady(t, srv), "ready ")
 		env = append(env, envURL+"="+url)
 		rs = jsRoles
 		oldStreams(t, url, dir)
@@ -157,7 +157,7 @@ func cutRound(t *testing.T, eng string, d bindings.Durability, rng *rand.Rand) t
 		start(role, env...)
 	}
 	for _, c := range children[len(children)-len(rs):] { // the server said ready already
-		c.Expect(t, "ready", 60*time.Second)
+		waitReady(t, c)
 	}
 	time.Sleep(200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond))))
 	for _, c := range children {
@@ -385,6 +385,27 @@ func sqliteState(t *testing.T, d bindings.Durability, dir string, out *tally) (i
 	}
 	t.Cleanup(func() { s.Close() })
 	return payloads(t, qdir), payloads(t, dlqdir), s, true
+}
+
+// waitReady waits for the child's "ready" line and fails the test with
+// everything the child said when it says anything else first.
+func waitReady(t *testing.T, c *testutil.Child) string {
+	t.Helper()
+	select {
+	case line, ok := <-c.Lines:
+		if ok && strings.HasPrefix(line, "ready") {
+			return line
+		}
+		out := []string{line}
+		for l := range c.Lines {
+			out = append(out, l)
+		}
+		<-c.Done
+		t.Fatalf("%s did not start: %s\nstderr: %s", c.Name, strings.Join(out, "\n"), c.Stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not say ready within 60s", c.Name)
+	}
+	return ""
 }
 
 // oldStreams creates the round's queue and kv streams and then fsyncs every

@@ -374,6 +374,15 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 		return fail(err)
 	}
 	if db.goBusy { // a file in WAL mode
+		// The handshake's transactions before the switch to WAL ran with
+		// a rollback journal, which SQLite deletes without fsyncing the
+		// directory: a power cut could bring the journal back, and the
+		// next open would roll committed pages back under a WAL that
+		// holds later ones. Syncing the directory makes the deletions
+		// durable before any commit of this handle is.
+		if err := syncDir(db.Dir); err != nil {
+			return fail(err)
+		}
 		for _, p := range walPragmas {
 			if _, err := db.wconn.ExecContext(ctx, p); err != nil {
 				return fail(err)
