@@ -183,6 +183,20 @@ func cutRound(t *testing.T, eng string, d bindings.Durability, rng *rand.Rand) t
 	var out tally
 	out.cuts = 1
 	out.torn = rep.Torn
+	defer func() {
+		if !t.Failed() {
+			return
+		}
+		t.Logf("cut: %+v", rep)
+		if keep := os.Getenv("LOCALCLOUD_POWERCUT_KEEP"); keep != "" {
+			dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+			if err := os.CopyFS(dst, os.DirFS(dir)); err != nil {
+				t.Logf("keep the stores: %v", err)
+			} else {
+				t.Logf("the stores as the cut left them (after the checks' opens) are in %s", dst)
+			}
+		}
+	}()
 	if eng == "jetstream" {
 		if inQ, s, ok := jetstreamState(t, d, dir, &out); ok {
 			compare(t, d, inQ, map[string]int{}, s, ledgers, killed, &out)
