@@ -74,7 +74,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return ch, fh, fl, errno
 	}
-	f, errno := n.p.wrapFile(fh)
+	f, errno := n.p.wrapFile(fh, flags)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -108,7 +108,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return fh, fl, errno
 	}
-	f, errno := n.p.wrapFile(fh)
+	f, errno := n.p.wrapFile(fh, flags)
 	return f, fl, errno
 }
 
@@ -281,9 +281,14 @@ type file struct {
 	p   *FS
 	ino uint64
 	fd  int
+	// dsync: opened with O_SYNC or O_DSYNC, so every write is durable
+	// when it returns (nats-server writes its meta files and compacted
+	// blocks so). The model then makes the whole file durable, as an
+	// fsync would: at most more durable than a disk, never less.
+	dsync bool
 }
 
-func (p *FS) wrapFile(fh fs.FileHandle) (*file, syscall.Errno) {
+func (p *FS) wrapFile(fh fs.FileHandle, flags uint32) (*file, syscall.Errno) {
 	lf, ok := fh.(*fs.LoopbackFile)
 	if !ok {
 		return nil, syscall.EIO
@@ -296,7 +301,7 @@ func (p *FS) wrapFile(fh fs.FileHandle) (*file, syscall.Errno) {
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return &file{LoopbackFile: lf, p: p, ino: st.Ino, fd: fd}, 0
+	return &file{LoopbackFile: lf, p: p, ino: st.Ino, fd: fd, dsync: flags&syscall.O_DSYNC != 0}, 0
 }
 
 // PassthroughFd hides the loopback's descriptor: with FUSE passthrough the
@@ -331,7 +336,17 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, sysca
 	if errno := f.writing([][]byte{data}, off); errno != 0 {
 		return 0, errno
 	}
-	return f.LoopbackFile.Write(ctx, data, off)
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	return n, f.wrote(errno)
+}
+
+// wrote makes a write through an O_SYNC or O_DSYNC descriptor durable.
+// Callers hold p.mu.
+func (f *file) wrote(errno syscall.Errno) syscall.Errno {
+	if errno != 0 || !f.dsync {
+		return errno
+	}
+	return fs.ToErrno(f.p.synced(f.ino, f.fd))
 }
 
 func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
@@ -340,7 +355,8 @@ func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, sy
 	if errno := f.writing(data, off); errno != 0 {
 		return 0, errno
 	}
-	return f.LoopbackFile.Writev(ctx, data, off)
+	n, errno := f.LoopbackFile.Writev(ctx, data, off)
+	return n, f.wrote(errno)
 }
 
 // Fsync makes the file durable. The real file is not fsynced: the model,

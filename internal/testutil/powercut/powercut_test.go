@@ -231,3 +231,28 @@ func TestCutStopsTheMount(t *testing.T) {
 	}
 	mustNotExist(t, filepath.Join(p.RealDir(), "f")) // name never synced
 }
+
+// A write through a descriptor opened with O_SYNC is durable when it
+// returns, without an fsync.
+func TestCutKeepsOSyncWrites(t *testing.T) {
+	p := powercut.Mount(t)
+	m := p.Dir()
+	write(t, filepath.Join(m, "f"), []byte("old"), 0, true)
+	syncDir(t, m)
+	f, err := os.OpenFile(filepath.Join(m, "f"), os.O_RDWR|os.O_SYNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("NEW"), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	write(t, filepath.Join(m, "g"), []byte("plain"), 0, false) // neither data nor name synced
+	if _, err := p.Cut(powercut.CutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, filepath.Join(p.RealDir(), "f")); string(got) != "NEW" {
+		t.Errorf("O_SYNC write lost: f = %q", got)
+	}
+	mustNotExist(t, filepath.Join(p.RealDir(), "g"))
+}
