@@ -244,10 +244,11 @@ type CutOptions struct {
 
 // CutReport says what a cut dropped.
 type CutReport struct {
-	FilesReverted int   // files with unsynced writes
-	BytesDropped  int64 // bytes of unsynced writes undone
-	NamesChanged  int   // directory entries put back or removed
-	Torn          int   // writes torn
+	FilesReverted int      // files with unsynced writes
+	BytesDropped  int64    // bytes of unsynced writes undone
+	NamesChanged  int      // directory entries put back or removed
+	NamesDropped  []string // the names removed (created or renamed there, never synced)
+	Torn          int      // writes torn
 }
 
 // Cut is the power cut: from now on every change through the mount fails,
@@ -311,8 +312,8 @@ func (p *FS) Cut(opts CutOptions) (CutReport, error) {
 		}
 		f.undo, f.last = nil, nil
 	}
-	n, err := p.restoreNames()
-	rep.NamesChanged = n
+	n, dropped, err := p.restoreNames()
+	rep.NamesChanged, rep.NamesDropped = n, dropped
 	if err != nil {
 		return rep, err
 	}
@@ -336,38 +337,49 @@ func tearLength(off int64, n int, r *rand.Rand) int {
 // restoreNames makes the real tree's names the durable ones: every live
 // entry goes to the grave (named by its inode), then the durable entries are
 // put back from there, from the root down.
-func (p *FS) restoreNames() (int, error) {
+func (p *FS) restoreNames() (int, []string, error) {
 	rootSt, err := lstat(p.real)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	live := map[string]uint64{} // "dirIno/name" -> ino, to count changes
+	live := map[string]liveEntry{} // "dirIno/name" -> entry, to count changes
 	if err := p.flatten(p.real, rootSt.Ino, live); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	changed := 0
 	placed := map[uint64]string{}
 	if err := p.place(p.real, rootSt.Ino, live, placed, &changed); err != nil {
-		return changed, err
+		return changed, nil, err
 	}
 	changed += len(live) // entries that were live and are not durable
+	var dropped []string
+	for _, e := range live {
+		dropped = append(dropped, e.path)
+	}
+	sort.Strings(dropped)
 	des, err := os.ReadDir(p.grave)
 	if err != nil {
-		return changed, err
+		return changed, dropped, err
 	}
 	for _, de := range des {
 		if err := os.RemoveAll(filepath.Join(p.grave, de.Name())); err != nil {
-			return changed, err
+			return changed, dropped, err
 		}
 	}
-	return changed, nil
+	return changed, dropped, nil
+}
+
+// liveEntry is a name the tree had at the cut.
+type liveEntry struct {
+	ino  uint64
+	path string // relative to the real directory
 }
 
 func (p *FS) graveName(ino uint64) string {
 	return filepath.Join(p.grave, strconv.FormatUint(ino, 10))
 }
 
-func (p *FS) flatten(dir string, dirIno uint64, live map[string]uint64) error {
+func (p *FS) flatten(dir string, dirIno uint64, live map[string]liveEntry) error {
 	entries, err := readEntries(dir)
 	if err != nil {
 		return err
@@ -378,7 +390,8 @@ func (p *FS) flatten(dir string, dirIno uint64, live map[string]uint64) error {
 		if err != nil {
 			return err
 		}
-		live[fmt.Sprintf("%d/%s", dirIno, name)] = ino
+		rel, _ := filepath.Rel(p.real, path)
+		live[fmt.Sprintf("%d/%s", dirIno, name)] = liveEntry{ino: ino, path: rel}
 		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 			if err := p.flatten(path, ino, live); err != nil {
 				return err
@@ -398,7 +411,7 @@ func (p *FS) flatten(dir string, dirIno uint64, live map[string]uint64) error {
 	return nil
 }
 
-func (p *FS) place(dir string, dirIno uint64, live map[string]uint64, placed map[uint64]string, changed *int) error {
+func (p *FS) place(dir string, dirIno uint64, live map[string]liveEntry, placed map[uint64]string, changed *int) error {
 	names := make([]string, 0, len(p.dirs[dirIno]))
 	for name := range p.dirs[dirIno] {
 		names = append(names, name)
@@ -407,7 +420,7 @@ func (p *FS) place(dir string, dirIno uint64, live map[string]uint64, placed map
 	for _, name := range names {
 		ino := p.dirs[dirIno][name]
 		key := fmt.Sprintf("%d/%s", dirIno, name)
-		if liveIno, ok := live[key]; ok && liveIno == ino {
+		if e, ok := live[key]; ok && e.ino == ino {
 			delete(live, key)
 		} else {
 			*changed++
