@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // The checks in this file look at a store's files with stat(2) and plain
@@ -217,17 +218,28 @@ func readHeader(path string) (headerInfo, *fileProblem) {
 	// left. (Size first, a second process opening a new store read a file
 	// "truncated: it holds 11 pages but its header says 24"; the power-cut
 	// tests, which start several processes on new stores, hit it.)
+	// A header read short while the file then holds more was read while
+	// its creator wrote it: read again.
 	b := make([]byte, 100)
-	n, err := io.ReadFull(fh, b)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot read the header of %s: %v", path, err)}
+	var n int
+	var hot bool
+	for range 5 {
+		var err error
+		n, err = fh.ReadAt(b, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot read the header of %s: %v", path, err)}
+		}
+		hot = hotJournal(path)
+		fi, err := fh.Stat()
+		if err != nil {
+			return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot stat %s: %v", path, err)}
+		}
+		h.size = fi.Size()
+		if n == len(b) || h.size <= int64(n) {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
-	hot := hotJournal(path)
-	fi, err := fh.Stat()
-	if err != nil {
-		return h, &fileProblem{kind: ProblemFile, path: path, msg: fmt.Sprintf("cannot stat %s: %v", path, err)}
-	}
-	h.size = fi.Size()
 	if h.size == 0 || hot {
 		// A hot journal: a rollback-mode transaction (the creation of a
 		// store) was cut short, or is running in another process, and
