@@ -10,10 +10,11 @@ import (
 // with Consume and hints (examples/worker) and a producer that uses kv and queue
 // (examples/producer) must not pull in the embedded NATS server, the directory watcher's
 // fsnotify or yaml.v3. Those belong to `localcloud up` only (internal/hintserver,
-// internal/dirwatch, config, internal/asyncapi).
+// internal/dirwatch, config, internal/asyncapi); go-fuse belongs to the power-cut tests only
+// (internal/testutil/powercut).
 func TestAppsLinkNoServerSide(t *testing.T) {
 	goTool := goTool(t)
-	forbidden := []string{"github.com/nats-io/nats-server", "github.com/fsnotify/fsnotify", "gopkg.in/yaml.v3"}
+	forbidden := []string{"github.com/nats-io/nats-server", "github.com/fsnotify/fsnotify", "gopkg.in/yaml.v3", "github.com/hanwen/go-fuse"}
 	for _, app := range []string{"./examples/worker", "./examples/producer"} {
 		cmd := exec.Command(goTool, "list", "-deps", app)
 		cmd.Dir = ".." // the module root

@@ -94,6 +94,9 @@ type DB struct {
 	// empty: the database file was empty (0 bytes, no -wal) when Open
 	// looked at it, a store not created yet.
 	empty bool
+	// lazySync: commits are not fsynced (durability normal); SyncWAL
+	// makes them durable when an order across files needs it.
+	lazySync bool
 
 	group committer // group commit of Exec and WriteRow (group.go)
 
@@ -175,7 +178,8 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	}
 	q.Add("_pragma", "query_only(1)")
 	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly,
-		empty: inspected && files.header.size == 0 && files.wal == walNone}
+		empty: inspected && files.header.size == 0 && files.wal == walNone,
+		lazySync: o.Durability != bindings.DurabilityFull}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
 		return nil, db.openErr(err)
@@ -317,9 +321,11 @@ func fileURI(path string, q url.Values) string {
 // prepareFile creates the store directory (0700) and an empty database file
 // (0600) so SQLite, which would create it 0644, inherits the private mode for
 // the database and its -wal/-shm siblings. An existing file is left alone.
+// New directories and the new file's name are fsynced into their parents
+// (dirsync.go), so a power cut cannot take a store that has commits away.
 func prepareFile(dir, path string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store directory %q", dir)
+	if err := makeStoreDir(dir); err != nil {
+		return err
 	}
 	st, err := os.Stat(path)
 	switch {
@@ -344,7 +350,13 @@ func prepareFile(dir, path string) error {
 	if err != nil {
 		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store %q", path)
 	}
-	return fh.Close()
+	if err := fh.Close(); err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "create store %q", path)
+	}
+	if err := syncDir(dir); err != nil {
+		return bindings.Wrap(bindings.CodeLocalFilesystemError, err, "sync store directory %q", dir)
+	}
+	return nil
 }
 
 func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
@@ -396,6 +408,15 @@ func (db *DB) connect(ctx context.Context, wdsn, rdsn string) error {
 		return fail(err)
 	}
 	if db.goBusy { // a file in WAL mode
+		// The handshake's transactions before the switch to WAL ran with
+		// a rollback journal, which SQLite deletes without fsyncing the
+		// directory: a power cut could bring the journal back, and the
+		// next open would roll committed pages back under a WAL that
+		// holds later ones. Syncing the directory makes the deletions
+		// durable before any commit of this handle is.
+		if err := syncDir(db.Dir); err != nil {
+			return fail(err)
+		}
 		for _, p := range walPragmas {
 			if _, err := db.wconn.ExecContext(ctx, p); err != nil {
 				return fail(err)

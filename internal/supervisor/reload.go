@@ -101,6 +101,8 @@ func (s *Supervisor) apply(ctx context.Context, st *config.Stack, reason string)
 		opened, err = openAll(ctx, s.env, toOpen, func() error { return nil })
 		if err != nil {
 			s.env.Stack = prev
+		} else if len(opened) > 0 {
+			s.syncJetStreamDirs(st.DataDir)
 		}
 	}
 	s.mu.Lock()

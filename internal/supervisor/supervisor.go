@@ -214,6 +214,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		}
 		return nil, joinErrors([]error{storeErr, nr.err})
 	}
+	s.syncJetStreamDirs(st.DataDir)
 	r = trace.StartRegion(ctx, "hints")
 	s.hints = s.startHints()
 	for _, x := range stores {

@@ -501,6 +501,13 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 		if err != nil {
 			return err
 		}
+		// The intents must be durable here before the destination's
+		// arrival is (its handle commits with durability full): else a
+		// power cut can keep the arrival and drop the intent, and the
+		// message is in both stores.
+		if err := q.db.SyncWAL(); err != nil {
+			return opErr(err, "sync the moves of %d messages before they arrive in %s", present, dest)
+		}
 		from := q.Location()
 		arrived := 0
 		err = d.db.Write(ctx, func(tx *sqlstore.Tx) error {
