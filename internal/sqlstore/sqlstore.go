@@ -178,7 +178,7 @@ func Open(ctx context.Context, dir string, f Format, o Options) (*DB, error) {
 	}
 	q.Add("_pragma", "query_only(1)")
 	db := &DB{Path: path, Dir: abs, Format: f, lock: lk, log: logger(o.Logger), ro: o.ReadOnly,
-		empty: inspected && files.header.size == 0 && files.wal == walNone,
+		empty:    inspected && files.header.size == 0 && files.wal == walNone,
 		lazySync: o.Durability != bindings.DurabilityFull}
 	if err := db.connect(ctx, fileURI(path, wq), fileURI(path, q)); err != nil {
 		lk.release()
