@@ -124,7 +124,7 @@ func TestOpenCreatesAMissingObject(t *testing.T) {
 		}
 		defer db.Close()
 		var n int
-		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'lc_messages_order'").Scan(&n); err != nil {
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'lc_messages_fresh'").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -133,7 +133,7 @@ func TestOpenCreatesAMissingObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "DROP INDEX lc_messages_order"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP INDEX lc_messages_fresh"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -149,6 +149,6 @@ func TestOpenCreatesAMissingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := index(); n != 1 {
-		t.Fatalf("the open did not create the missing index lc_messages_order (%d found)", n)
+		t.Fatalf("the open did not create the missing index lc_messages_fresh (%d found)", n)
 	}
 }

@@ -134,6 +134,11 @@ func Restore(ctx context.Context, dir string, f Format, src string, now time.Tim
 		if p != nil && p.kind == ProblemWAL {
 			return res, fmt.Errorf("restore %s: %s", live, p.msg)
 		}
+		// A process seen holding the store is refused before the
+		// checkpoint, which would write that process's WAL into the file.
+		if err := heldByOthers(live); err != nil {
+			return res, fmt.Errorf("restore %s: %w", live, err)
+		}
 		if p == nil || w != walNone {
 			if err := checkpointAndClose(ctx, live); err != nil {
 				return res, fmt.Errorf("restore %s: %w", live, err)
@@ -168,18 +173,31 @@ type holder struct {
 }
 
 // notInUse fails with ErrStoreInUse when another process has the live
-// database open. Two signs: SQLite keeps -wal and -shm while any connection
-// that has read the WAL is open (the last one to close removes them); and,
-// on Linux, a process holding the file itself, seen in /proc, which also
-// catches a connection that switched the file to WAL and has been idle since
-// (it holds no -wal, -shm or lock).
+// database open. Two signs: on Linux, a process holding the file itself,
+// seen in /proc, which also catches a connection that switched the file to
+// WAL and has been idle since (it holds no -wal, -shm or lock), looked at
+// first so that the refusal names the process; and SQLite keeping -wal and
+// -shm while any connection that has read the WAL is open (the last one to
+// close removes them).
 func notInUse(live string) error {
+	if err := heldByOthers(live); err != nil {
+		return err
+	}
+	// No holder seen (or /proc unreadable): the -wal/-shm check stands
+	// alone.
 	for _, side := range []string{live + "-wal", live + "-shm"} {
 		if _, err := os.Stat(side); err == nil {
 			return fmt.Errorf("%w: %s is still there after the last connection of this process closed; stop the apps that use the store and retry",
 				ErrStoreInUse, filepath.Base(side))
 		}
 	}
+	return nil
+}
+
+// heldByOthers fails with ErrStoreInUse naming the processes other than
+// this one seen holding live (Linux; nil elsewhere or when /proc cannot be
+// read).
+func heldByOthers(live string) error {
 	hs, err := holders(live)
 	// A holder that is a child of this process may be a fork not yet
 	// exec'd (another goroutine starting a program while this one had
@@ -191,7 +209,7 @@ func notInUse(live string) error {
 		hs, err = holders(live)
 	}
 	if err != nil || len(hs) == 0 {
-		return nil // nothing seen; the -wal/-shm check stands alone
+		return nil
 	}
 	var names []string
 	for _, h := range hs {
