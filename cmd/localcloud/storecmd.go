@@ -127,9 +127,10 @@ func (a *app) findBinding(file, name string, want config.Type) (*config.Stack, c
 		return nil, config.Binding{}, err
 	}
 	b, ok := st.Binding(name)
-	if fileErr != nil && (!ok || b.Engine == config.EngineJetStream) {
-		// The runtime file does not say where a jetstream binding's
-		// cluster is; and a binding up does not serve is the file's.
+	if fileErr != nil && (!ok || servedOnServer(*b)) {
+		// The runtime file does not say where a store on a server (a
+		// jetstream binding's cluster) is; and a binding up does not
+		// serve is the file's.
 		return nil, config.Binding{}, fileErr
 	}
 	if !ok {
@@ -178,6 +179,14 @@ func engineEnv(st *config.Stack) *engine.Env {
 
 // toolsOf returns the tools of b's engine.
 func toolsOf(b config.Binding) (engine.Tools, error) { return engine.For(b) }
+
+// servedOnServer reports whether b's store lives on a server (its engine's
+// Traits.Server) rather than in files the runtime file locates; an engine
+// that is not registered counts as one.
+func servedOnServer(b config.Binding) bool {
+	t, err := engine.For(b)
+	return err != nil || t.Traits().Server
+}
 
 // openBinding opens b's store through its engine's tools with access a,
 // on an environment of its own. close closes the handle and what was
