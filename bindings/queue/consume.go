@@ -216,6 +216,7 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 	}
 	err = c.dispatch(ctx)
 	c.inline.watch.Stop()
+	c.gather.Stop()
 	close(c.jobs)
 	c.wg.Wait()
 	c.acks.close() // every ack written
@@ -240,6 +241,8 @@ type consumer struct {
 	inline  *inlineRunner
 	wg      sync.WaitGroup // workers
 	avg     time.Duration  // moving average of handler durations; -1 before the first (dispatcher's)
+	gather  timer          // ends the dispatcher's wait for busy short handlers (signals slow)
+	slow    chan struct{}  // gather fired
 	claimed []Message      // the dispatcher's claim buffer, reused
 }
 
@@ -249,6 +252,9 @@ func newConsumer(q *Queue, o consumeOptions, handler Handler, hctx context.Conte
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan time.Duration, o.workers+MaxReceiveBatch)}
 	c.acks = newBatchAcker(c.ackBatch)
 	c.inline = newInlineRunner(c, clk)
+	c.slow = make(chan struct{}, 1)
+	c.gather = clk.AfterFunc(time.Hour, func() { c.slow <- struct{}{} })
+	c.gather.Stop()
 	return c
 }
 
@@ -282,10 +288,7 @@ func (c *consumer) work(l *leaseKeeper) {
 		l.disarm()
 		d := c.clk.Now().Sub(began)
 		if ok {
-			c.acks.add(m)
-			if c.inline.slow.Load() {
-				c.acks.flush() // the dispatcher runs a slow handler: it flushes nothing meanwhile
-			}
+			c.acks.add(m) // flushed by the dispatcher (or, while it runs a slow handler, by its lease ticks)
 		}
 		// Never blocks: one slot per worker, and MaxReceiveBatch for the
 		// rest of an inline batch queued beyond them.

@@ -27,7 +27,12 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	defer timer.Stop()
 	cleanRun := false // the last batch ran inline with no hand-off
 	for {
-		if look && idle > 0 {
+		short := c.avg >= 0 && c.avg < fastHandler
+		// With short handlers a claim waits for every worker: the busy
+		// ones are about to finish, and a claim for all of them runs
+		// inline (below) instead of feeding workers one at a time. A
+		// worker still busy after slowHandler ends the wait (evSlow).
+		if look && idle > 0 && (idle == c.o.workers || !short) {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -36,7 +41,7 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			local, hint = q.drv.WaitChans()
 			before := q.now()
 			k := min(c.o.batch, idle)
-			inline := idle == c.o.workers && c.avg >= 0 && c.avg < fastHandler
+			inline := idle == c.o.workers && short
 			if inline && cleanRun && !c.o.batchSet {
 				// The dispatcher runs this batch, and ran the last one
 				// with no hand-off: a full claim (the workers take what
@@ -79,6 +84,10 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			if look && idle > 0 {
 				continue // a full claim left idle workers: claim again
 			}
+		}
+		gathering := look && idle > 0 // short handlers: waiting for the busy workers
+		if gathering {
+			c.gather.Reset(slowHandler)
 		}
 		// Wait. With no idle worker only a freed worker matters: a claim
 		// follows it if look is set, which a full claim always leaves set.
@@ -126,6 +135,9 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			q.waiting.Add(-1)
 			timer.Stop()
 		}
+		if gathering && !c.gather.Stop() && ev != evSlow {
+			<-c.slow // fired meanwhile: take its signal
+		}
 		switch ev {
 		case evStop:
 			return nil
@@ -145,6 +157,8 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			}
 		case evWake:
 			look = true
+		case evSlow:
+			c.note(slowHandler) // a busy worker ran past it: claim for the idle ones
 		}
 	}
 }
@@ -186,6 +200,7 @@ const (
 	evClosed        // the queue handle was closed
 	evFree          // a worker finished
 	evWake          // a reason to look at the store
+	evSlow          // a worker waited for ran past slowHandler
 )
 
 // wait blocks until something the dispatcher reacts to happens; for evFree
@@ -205,5 +220,7 @@ func (c *consumer) wait(ctx context.Context, lc, hc <-chan struct{}, tc <-chan t
 		return evWake, 0
 	case <-tc:
 		return evWake, 0
+	case <-c.slow:
+		return evSlow, 0
 	}
 }

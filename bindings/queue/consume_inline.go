@@ -20,9 +20,11 @@ import (
 // The acks of a batch go to the ack writer in one add when the batch ends
 // (the dispatcher flushes them before its next claim). From a hand-off to
 // the end of the batch the runner is slow: the ones finished before the
-// hand-off are flushed with it, and every ack added meanwhile, by the
-// runner or a worker, is flushed at once, as the dispatcher, stuck in the
-// slow handler, flushes nothing.
+// hand-off are flushed with it, and, as the dispatcher flushes nothing
+// while it is in the slow handler, the batch's lease keeper flushes at
+// every tick (a third of the lease) what the workers finished meanwhile:
+// their leases are no longer extended, so their acks must not wait for the
+// slow handler.
 type inlineRunner struct {
 	clk     clock
 	workers int
@@ -48,6 +50,7 @@ func newInlineRunner(c *consumer, clk clock) *inlineRunner {
 	r := &inlineRunner{clk: clk, workers: c.o.workers, jobs: c.jobs, process: c.process, acks: c.acks, note: c.note}
 	r.lease = c.newLeaseKeeper(clk)
 	r.lease.waiting = r.eachWaiting
+	r.lease.ticked = r.flushIfSlow
 	r.watch = clk.AfterFunc(time.Hour, r.handOff)
 	r.watch.Stop()
 	return r
@@ -104,8 +107,7 @@ func (r *inlineRunner) run(msgs []Message) (handed int) {
 			continue
 		}
 		r.mu.Unlock()
-		r.acks.add(m)
-		r.acks.flush()
+		r.acks.add(m) // beside the workers' acks; flushed with them after the batch
 	}
 }
 
@@ -140,5 +142,13 @@ func (r *inlineRunner) eachWaiting(fn func(Message)) {
 	defer r.mu.Unlock()
 	for _, m := range r.msgs[r.next:] {
 		fn(m)
+	}
+}
+
+// flushIfSlow flushes the acks added while a handler here is slow (the
+// lease keeper's ticked).
+func (r *inlineRunner) flushIfSlow() {
+	if r.slow.Load() {
+		r.acks.flush()
 	}
 }

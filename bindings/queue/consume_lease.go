@@ -28,6 +28,8 @@ type leaseKeeper struct {
 	// message of the batch not started yet while holding the batch's lock,
 	// so none of them starts (and is acked or nacked) during its extension.
 	waiting func(fn func(Message))
+	// ticked, when set, is called at every tick while armed.
+	ticked func()
 	// mu is held by an extension in progress; end takes it, so no
 	// extension is written after the ack or nack that follows (one would
 	// undo a nack).
@@ -104,6 +106,9 @@ func (l *leaseKeeper) tick() {
 		return
 	}
 	defer l.timer.Reset(l.every)
+	if l.ticked != nil {
+		l.ticked()
+	}
 	if l.waiting != nil {
 		l.waiting(func(m Message) {
 			if err := l.extend(l.hctx, m.ReceiptHandle); err != nil {
@@ -127,10 +132,11 @@ func (l *leaseKeeper) tick() {
 	l.cmu.Lock()
 	l.cancel = nil
 	l.cmu.Unlock()
+	cut := ctx.Err() != nil // by end, before our own cancel below
 	cancel()
 	switch {
 	case err == nil:
-	case ctx.Err() != nil:
+	case cut:
 		l.running = false
 	case errors.Is(err, ErrStaleReceipt), errors.Is(err, ErrMessageGone):
 		l.log.Warn("consume: lease lost while the handler runs; its ack will fail", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
