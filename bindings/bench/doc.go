@@ -25,6 +25,10 @@
 //	                                     prepared statements with the engine's pragmas and lock file
 //	                                     (claim 10, one delete transaction) and Consume (8 workers);
 //	                                     LC_FLOOR_SIDE=floor|consume runs one side (for -cpuprofile)
+//	BenchmarkSendCosts                   <way>-sends/s, <way>-vs-raw: single sends to one store
+//	                                     file, alternating rounds (5, medians): the engine, the raw
+//	                                     prepared INSERT, and raw with the lock file, the
+//	                                     checkpointer, both
 //	BenchmarkConsumeWithProducer         sent/s, consumed/s, ratio, backlog: one full-rate
 //	                                     sender beside Consume (8 workers) on one handle
 //

@@ -143,6 +143,7 @@ func floorDrain(b *testing.B, n int) (rate, allocs float64) {
 
 // floorStore is the floor's connection, statements and lock.
 type floorStore struct {
+	dsn                            string
 	db                             *sql.DB
 	conn                           *sql.Conn
 	lockMu                         chan struct{}
@@ -173,7 +174,7 @@ func openFloor(dir string) (*floorStore, error) {
 	}
 	db.SetMaxOpenConns(1)
 	ctx := context.Background()
-	f := &floorStore{db: db, lockMu: make(chan struct{}, 1)}
+	f := &floorStore{dsn: dsn, db: db, lockMu: make(chan struct{}, 1)}
 	fail := func(err error) (*floorStore, error) { f.close(); return nil, err }
 	if f.conn, err = db.Conn(ctx); err != nil {
 		return fail(err)
