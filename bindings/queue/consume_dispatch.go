@@ -25,7 +25,8 @@ func (c *consumer) dispatch(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	cleanRun := false // the last batch ran inline with no hand-off
+	cleanRun := false  // the last batch ran inline with no hand-off
+	unflushed := false // a worker finished since the last flush
 	for {
 		short := c.avg >= 0 && c.avg < fastHandler
 		// With short handlers a claim waits for every worker: the busy
@@ -81,11 +82,16 @@ func (c *consumer) dispatch(ctx context.Context) error {
 			}
 			idle += c.drainFree()
 			c.acks.flush() // written while the next claim runs, or before the wait
+			unflushed = false
 			if look && idle > 0 {
 				continue // a full claim left idle workers: claim again
 			}
 		}
-		gathering := look && idle > 0 // short handlers: waiting for the busy workers
+		// Gathering: waiting for busy workers that are likely about to
+		// finish, at most slowHandler. With look (short handlers) for the
+		// claim; without, for the acks: workers that finish together get
+		// one flush (one AckBatch), not one each.
+		gathering := look && idle > 0 || !look && unflushed && idle < c.o.workers
 		if gathering {
 			c.gather.Reset(slowHandler)
 		}
@@ -152,13 +158,19 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				runtime.Gosched()
 			}
 			idle += 1 + c.drainFree()
-			if !look {
-				c.acks.flush() // no claim follows to flush them
+			unflushed = true
+			if !look && idle == c.o.workers {
+				c.acks.flush() // no claim follows to flush them, and no worker is busy
+				unflushed = false
 			}
 		case evWake:
 			look = true
 		case evSlow:
 			c.note(slowHandler) // a busy worker ran past it: claim for the idle ones
+			if !look {
+				c.acks.flush() // what the others finished
+				unflushed = false
+			}
 		}
 	}
 }
