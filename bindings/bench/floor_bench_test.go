@@ -45,20 +45,24 @@ const floorRounds = 5
 // median of the per-round ratios (ratio, target >= 0.9) and the median
 // heap allocations per message of each (floor-allocs/msg,
 // consume-allocs/msg: runtime.MemStats.Mallocs over the drain, every
-// goroutine of the process). LC_FLOOR_SIDE=floor or consume runs only that
+// goroutine of the process) and of CPU time per message (floor-cpu-us,
+// consume-cpu-us: user+system from getrusage over the drain, which other
+// processes move far less than the rates). LC_FLOOR_SIDE=floor or consume runs only that
 // side (for -cpuprofile). One op is one message of one contender's round.
 func BenchmarkConsumeVsFloor(b *testing.B) {
 	side := os.Getenv("LC_FLOOR_SIDE")
-	var floor, cons, ratios, fAllocs, cAllocs []float64
+	var floor, cons, ratios, fAllocs, cAllocs, fCPU, cCPU []float64
 	for r := range floorRounds {
 		var fr, cr, fa, ca float64
 		if side != "consume" {
-			fr, fa = floorDrain(b, b.N)
-			floor, fAllocs = append(floor, fr), append(fAllocs, fa)
+			var fc float64
+			fr, fa, fc = floorDrain(b, b.N)
+			floor, fAllocs, fCPU = append(floor, fr), append(fAllocs, fa), append(fCPU, fc)
 		}
 		if side != "floor" {
-			cr, ca = consumeDrain(b, b.N)
-			cons, cAllocs = append(cons, cr), append(cAllocs, ca)
+			var cc float64
+			cr, ca, cc = consumeDrain(b, b.N)
+			cons, cAllocs, cCPU = append(cons, cr), append(cAllocs, ca), append(cCPU, cc)
 		}
 		if side == "" {
 			ratios = append(ratios, cr/fr)
@@ -68,10 +72,12 @@ func BenchmarkConsumeVsFloor(b *testing.B) {
 	if side != "consume" {
 		b.ReportMetric(median(floor), "floor-msgs/s")
 		b.ReportMetric(median(fAllocs), "floor-allocs/msg")
+		b.ReportMetric(median(fCPU), "floor-cpu-us")
 	}
 	if side != "floor" {
 		b.ReportMetric(median(cons), "consume-msgs/s")
 		b.ReportMetric(median(cAllocs), "consume-allocs/msg")
+		b.ReportMetric(median(cCPU), "consume-cpu-us")
 	}
 	if side == "" {
 		b.ReportMetric(median(ratios), "ratio")
@@ -86,9 +92,10 @@ func mallocs() uint64 {
 }
 
 // consumeDrain pre-fills a fresh store with n messages, opens it and
-// drains it with Consume (8 workers); it returns messages per second and
-// allocations per message of the drain alone.
-func consumeDrain(b *testing.B, n int) (rate, allocs float64) {
+// drains it with Consume (8 workers); it returns messages per second,
+// allocations per message and CPU microseconds per message of the drain
+// alone.
+func consumeDrain(b *testing.B, n int) (rate, allocs, cpuUS float64) {
 	b.StopTimer()
 	dir := b.TempDir()
 	prefillQueue(b, dir, n)
@@ -98,11 +105,13 @@ func consumeDrain(b *testing.B, n int) (rate, allocs float64) {
 	}
 	runtime.GC()
 	m0 := mallocs()
+	c0 := cpuTime()
 	b.StartTimer()
 	start := time.Now()
 	consumeN(b, q, n, 8)
 	d := time.Since(start)
 	b.StopTimer()
+	c1 := cpuTime()
 	m1 := mallocs()
 	if s, err := q.Stats(context.Background()); err != nil || s.Total != 0 {
 		b.Fatalf("after the drain: %+v, %v; want an empty queue", s, err)
@@ -110,12 +119,12 @@ func consumeDrain(b *testing.B, n int) (rate, allocs float64) {
 	if err := q.Close(); err != nil {
 		b.Fatal(err)
 	}
-	return float64(n) / d.Seconds(), float64(m1-m0) / float64(n)
+	return float64(n) / d.Seconds(), float64(m1-m0) / float64(n), float64((c1 - c0).Microseconds()) / float64(n)
 }
 
 // floorDrain is consumeDrain's floor: the same store, drained by raw
 // statements (BenchmarkConsumeVsFloor).
-func floorDrain(b *testing.B, n int) (rate, allocs float64) {
+func floorDrain(b *testing.B, n int) (rate, allocs, cpuUS float64) {
 	b.StopTimer()
 	dir := b.TempDir()
 	prefillQueue(b, dir, n)
@@ -126,6 +135,7 @@ func floorDrain(b *testing.B, n int) (rate, allocs float64) {
 	defer f.close()
 	runtime.GC()
 	m0 := mallocs()
+	c0 := cpuTime()
 	b.StartTimer()
 	start := time.Now()
 	if err := f.drain(n); err != nil {
@@ -133,12 +143,13 @@ func floorDrain(b *testing.B, n int) (rate, allocs float64) {
 	}
 	d := time.Since(start)
 	b.StopTimer()
+	c1 := cpuTime()
 	m1 := mallocs()
 	var left int
 	if err := f.conn.QueryRowContext(context.Background(), "SELECT count(*) FROM messages").Scan(&left); err != nil || left != 0 {
 		b.Fatalf("after the drain: %d messages left, %v", left, err)
 	}
-	return float64(n) / d.Seconds(), float64(m1-m0) / float64(n)
+	return float64(n) / d.Seconds(), float64(m1-m0) / float64(n), float64((c1 - c0).Microseconds()) / float64(n)
 }
 
 // floorStore is the floor's connection, statements and lock.

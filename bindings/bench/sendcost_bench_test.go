@@ -32,8 +32,11 @@ const sendCostRounds = 5
 //     the WAL holds 2000 pages).
 //   - raw+lock+ckpt: both.
 //
-// Reports the median sends/s of each (engine-sends/s, raw-sends/s, ...)
-// and each median ratio to raw (x-vs-raw). One op is one send of one way.
+// Reports the median sends/s of each (engine-sends/s, raw-sends/s, ...),
+// each median ratio to raw (x-vs-raw), and the median CPU time of the
+// process per send (x-cpu-us: user+system from getrusage, every goroutine,
+// the checkpointer's included), which other processes on the machine move
+// far less than the rates. One op is one send of one way.
 func BenchmarkSendCosts(b *testing.B) {
 	type way struct {
 		name       string
@@ -44,11 +47,15 @@ func BenchmarkSendCosts(b *testing.B) {
 	prefillQueue(b, dir, 0)
 	rates := map[string][]float64{}
 	ratios := map[string][]float64{}
+	cpu := map[string][]float64{}
 	for r := range sendCostRounds {
 		round := map[string]float64{}
-		round["engine"] = engineSends(b, dir, b.N)
+		var us float64
+		round["engine"], us = engineSends(b, dir, b.N)
+		cpu["engine"] = append(cpu["engine"], us)
 		for _, w := range ways {
-			round[w.name] = rawSends(b, dir, b.N, w.lock, w.ckpt)
+			round[w.name], us = rawSends(b, dir, b.N, w.lock, w.ckpt)
+			cpu[w.name] = append(cpu[w.name], us)
 		}
 		for k, v := range round {
 			rates[k] = append(rates[k], v)
@@ -59,6 +66,7 @@ func BenchmarkSendCosts(b *testing.B) {
 	}
 	for k, v := range rates {
 		b.ReportMetric(median(v), k+"-sends/s")
+		b.ReportMetric(median(cpu[k]), k+"-cpu-us")
 		if k != "raw" {
 			b.ReportMetric(median(ratios[k]), k+"-vs-raw")
 		}
@@ -66,8 +74,9 @@ func BenchmarkSendCosts(b *testing.B) {
 }
 
 // engineSends opens the queue in dir, sends n messages one at a time and
-// closes it; it returns the sends per second.
-func engineSends(b *testing.B, dir string, n int) float64 {
+// closes it; it returns the sends per second and the CPU microseconds per
+// send.
+func engineSends(b *testing.B, dir string, n int) (rate, cpuUS float64) {
 	b.StopTimer()
 	q, err := queue.Open(context.Background(), dir)
 	if err != nil {
@@ -75,6 +84,7 @@ func engineSends(b *testing.B, dir string, n int) float64 {
 	}
 	p := queue.Text(payload100)
 	ctx := context.Background()
+	c0 := cpuTime()
 	b.StartTimer()
 	start := time.Now()
 	for range n {
@@ -84,15 +94,16 @@ func engineSends(b *testing.B, dir string, n int) float64 {
 	}
 	d := time.Since(start)
 	b.StopTimer()
+	us := float64((cpuTime() - c0).Microseconds()) / float64(n)
 	if err := q.Close(); err != nil {
 		b.Fatal(err)
 	}
-	return float64(n) / d.Seconds()
+	return float64(n) / d.Seconds(), us
 }
 
 // rawSends is engineSends with the spec's prepared INSERT on a floorStore
 // connection, with or without the lock-file protocol and the checkpointer.
-func rawSends(b *testing.B, dir string, n int, lock, ckpt bool) float64 {
+func rawSends(b *testing.B, dir string, n int, lock, ckpt bool) (rate, cpuUS float64) {
 	b.StopTimer()
 	f, err := openFloor(dir)
 	if err != nil {
@@ -112,6 +123,7 @@ func rawSends(b *testing.B, dir string, n int, lock, ckpt bool) float64 {
 		}
 	}
 	typ := string(queue.TypeText)
+	c0 := cpuTime()
 	b.StartTimer()
 	start := time.Now()
 	for range n {
@@ -133,8 +145,9 @@ func rawSends(b *testing.B, dir string, n int, lock, ckpt bool) float64 {
 	}
 	d := time.Since(start)
 	b.StopTimer()
+	us := float64((cpuTime() - c0).Microseconds()) / float64(n)
 	c.close()
-	return float64(n) / d.Seconds()
+	return float64(n) / d.Seconds(), us
 }
 
 // floorCheckpointer is the engine's background checkpointer
@@ -209,4 +222,13 @@ func (c *floorCheckpointer) close() {
 	close(c.kick)
 	<-c.done
 	_ = c.db.Close()
+}
+
+// cpuTime is the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
