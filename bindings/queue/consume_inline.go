@@ -70,9 +70,16 @@ func (r *inlineRunner) run(msgs []Message) (handed int) {
 		if r.handed > 0 {
 			// A handler here turned slow and handed workers-1 messages
 			// on: what is left waits no longer (the dispatcher runs no
-			// handler while workers are busy).
+			// handler while workers are busy). Each goes with a lease
+			// renewed now: it may wait in the queue for a worker, whose
+			// lease keeper first extends a third of the lease after it
+			// starts.
 			for ; r.next < len(r.msgs); r.next++ {
-				r.jobs <- r.msgs[r.next] // never blocks: MaxReceiveBatch slots beyond the workers
+				m := r.msgs[r.next]
+				if err := r.lease.extend(r.lease.hctx, m.ReceiptHandle); err != nil {
+					r.lease.log.Warn("consume: extending the lease of a waiting message failed", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, err)
+				}
+				r.jobs <- m // never blocks: MaxReceiveBatch slots beyond the workers
 				r.handed++
 			}
 		}

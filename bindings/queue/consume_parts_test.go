@@ -416,6 +416,9 @@ func TestInlineRunnerHandsOnWhenAHandlerTurnsSlow(t *testing.T) {
 	if n := <-handed; n != 4 {
 		t.Fatalf("handed %d on, want 4", n)
 	}
+	if got := ext.take(); !slices.Equal(got, []string{"r5", "r6"}) {
+		t.Fatalf("extended %v when the waiting ones went to the workers, want r5 and r6", got)
+	}
 	var ids []int64
 	for len(jobs) > 0 {
 		ids = append(ids, (<-jobs).ID)
