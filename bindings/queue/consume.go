@@ -170,7 +170,9 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // the goroutine that claims runs a claimed batch itself, one handler after
 // the other, which saves a goroutine hand-off per message; once a batch
 // ran there with no hand-off, the next such claim takes MaxReceiveBatch
-// messages (unless ConsumeBatchSize is set). A handler there that runs
+// messages (unless ConsumeBatchSize is set). While handlers are short, a
+// claim also waits for the busy workers to finish, up to 1 ms, so that it
+// is one such batch rather than a message per early finisher. A handler there that runs
 // past 1 ms hands the rest of its batch to the workers, at most
 // ConsumeWorkers-1 of them; any beyond those wait, their leases extended,
 // until that handler returns and then go to the first workers that free
