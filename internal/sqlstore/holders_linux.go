@@ -11,9 +11,13 @@ import (
 )
 
 // holders returns the other processes (pid and command name) that have
-// path open, found by stat(2) of every /proc/<pid>/fd/<n> link this user
-// may read, compared by device and inode. path is never opened. Processes
-// of other users are not visible.
+// path open, found among the /proc/<pid>/fd/<n> links this user may read:
+// a link whose target has the store's file name is stat(2)ed and compared
+// by device and inode. Other links are only read (readlink answers from the
+// kernel's name cache), never stat'ed: a stat follows the link into the
+// file's own file system, and one of a FUSE file system whose server is
+// stopped (a power-cut test's, in another test process) blocks for good.
+// path is never opened. Processes of other users are not visible.
 func holders(path string) ([]holder, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -23,6 +27,7 @@ func holders(path string) ([]holder, error) {
 	if !ok {
 		return nil, nil
 	}
+	base := filepath.Base(path)
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
@@ -40,8 +45,13 @@ func holders(path string) ([]holder, error) {
 			continue // gone, or another user's
 		}
 		for _, fd := range fds {
+			link := filepath.Join(fdDir, fd.Name())
+			name, err := os.Readlink(link)
+			if err != nil || filepath.Base(name) != base {
+				continue
+			}
 			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) != nil {
+			if syscall.Stat(link, &st) != nil {
 				continue
 			}
 			if st.Dev == target.Dev && st.Ino == target.Ino {
