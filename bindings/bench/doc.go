@@ -20,6 +20,15 @@
 //	                                     in 4 OS processes x 4 goroutines on one queue
 //	BenchmarkConsumeVsBareLoop           bare-msgs/s, consume-msgs/s, ratio: alternating rounds
 //	                                     of Receive(10)+AckBatch and Consume (8 workers), b.N each
+//	BenchmarkConsumeVsFloor              floor-msgs/s, consume-msgs/s, ratio, floor-allocs/msg,
+//	                                     consume-allocs/msg: alternating rounds (5, medians) of raw
+//	                                     prepared statements with the engine's pragmas and lock file
+//	                                     (claim 10, one delete transaction) and Consume (8 workers);
+//	                                     LC_FLOOR_SIDE=floor|consume runs one side (for -cpuprofile)
+//	BenchmarkSendCosts                   <way>-sends/s, <way>-vs-raw: single sends to one store
+//	                                     file, alternating rounds (5, medians): the engine, the raw
+//	                                     prepared INSERT, and raw with the lock file, the
+//	                                     checkpointer, both
 //	BenchmarkConsumeWithProducer         sent/s, consumed/s, ratio, backlog: one full-rate
 //	                                     sender beside Consume (8 workers) on one handle
 //

@@ -141,7 +141,7 @@ func BenchmarkSendToHandler(b *testing.B) {
 	var all []time.Duration
 	for range b.N {
 		starts := newBenchStarts(benchMessages)
-		stop := hwConsume(b, consumer, starts.handler, queue.Workers(2), queue.PollInterval(hwNoPoll))
+		stop := hwConsume(b, consumer, starts.handler, queue.ConsumeWorkers(2), queue.ConsumePollInterval(hwNoPoll))
 		hwSubscribed(b, consumer, srv.URL(), subject)
 		warm := make(chan struct{})
 		go func() {
@@ -237,7 +237,7 @@ VALUES ('text', ?1, ?2, ?2, 0)`, text, now); err != nil {
 	var all, toHint []time.Duration
 	for range b.N {
 		starts := newBenchStarts(n)
-		stop := hwConsume(b, consumer, starts.handler, queue.Workers(2), queue.PollInterval(hwNoPoll))
+		stop := hwConsume(b, consumer, starts.handler, queue.ConsumeWorkers(2), queue.ConsumePollInterval(hwNoPoll))
 		hwSubscribed(b, consumer, srv.URL(), subject)
 		insert("warm-up")
 		testutil.CheckFor(b, hwTimeout, time.Millisecond, "warm-up handled", func() bool { return hwCount(b, consumer) == 0 })
@@ -301,7 +301,7 @@ func BenchmarkLeaseEndToRedelivery(b *testing.B) {
 				ends[i] = hwVisibleAt(b, consumer, msgs[0].ID)
 			}
 			starts := newBenchStarts(n)
-			stop := hwConsume(b, consumer, starts.handler, queue.PollInterval(hwNoPoll))
+			stop := hwConsume(b, consumer, starts.handler, queue.ConsumePollInterval(hwNoPoll))
 			starts.wait(b)
 			if err := stop(); err != nil {
 				b.Fatal(err)
@@ -322,7 +322,7 @@ func BenchmarkLeaseEndToRedelivery(b *testing.B) {
 		var all []time.Duration
 		for range b.N {
 			starts := newBenchStarts(n)
-			stop := hwConsume(b, consumer, starts.handler, queue.PollInterval(hwNoPoll))
+			stop := hwConsume(b, consumer, starts.handler, queue.ConsumePollInterval(hwNoPoll))
 			hwSubscribed(b, consumer, srv.URL(), subject)
 			hwWaiting(b, consumer, 1)
 			ends := make([]time.Time, n)
@@ -447,7 +447,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 				}
 				q := hwOpen(b, b.TempDir(), opts...)
 				hwConsume(b, q, func(context.Context, queue.Message) error { return nil },
-					queue.Workers(8), queue.PollInterval(time.Second))
+					queue.ConsumeWorkers(8), queue.ConsumePollInterval(time.Second))
 				if srv != nil {
 					hwSubscribed(b, q, srv.URL(), subject)
 				}

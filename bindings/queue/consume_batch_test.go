@@ -69,10 +69,8 @@ func (q *cbQueue) AckBatch(ctx context.Context, receipts []string) ([]driver.Ack
 
 // TestConsumeClaimsAndAcksTogether: Consume writes at most one ack
 // transaction per claim (the acks of everything its handlers finished
-// since the last claim) plus one when it stops, and, when all busy workers
-// finish together, claims for all of them at once rather than for the
-// first few. 8 workers, handlers that are held until all 8 run, then
-// released together: every claim after the first takes 8 messages.
+// since the last claim) plus one when it stops. 8 workers, handlers that
+// are held until all 8 run, then released together.
 func TestConsumeClaimsAndAcksTogether(t *testing.T) {
 	t.Parallel()
 	const workers, rounds = 8, 12
@@ -131,23 +129,6 @@ func TestConsumeClaimsAndAcksTogether(t *testing.T) {
 	if counts.ackTx > len(counts.claims)+1 {
 		t.Errorf("%d ack transactions %v for %d claims %v: want at most one per claim plus one at the end",
 			counts.ackTx, counts.ackSizes, len(counts.claims), counts.claims)
-	}
-	// The barrier lets no round finish before all of its 8 started, so a
-	// claim of fewer than 8 (after the first) can only be one made before
-	// the round's workers had all finished.
-	partial := 0
-	for _, n := range counts.claims[1:] {
-		if n < workers {
-			partial++
-		}
-	}
-	// Tolerate one claim in four being cut short by a descheduled worker on
-	// a loaded machine; claiming at the first finisher does it nearly always.
-	// Not under -race: it slows every goroutine switch several times, and
-	// CI's -race pass (packages in parallel on 2 cores) cut 8 of 15 short
-	// once; the normal run keeps the check.
-	if partial > len(counts.claims)/4 && !raceEnabled() {
-		t.Errorf("claims %v: %d of them took fewer than %d messages", counts.claims, partial, workers)
 	}
 }
 

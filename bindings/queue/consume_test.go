@@ -82,13 +82,13 @@ func TestConsumeOptionsValidated(t *testing.T) {
 		opts []queue.ConsumeOption
 	}{
 		"nil handler":  {nil, nil},
-		"workers 0":    {ok, []queue.ConsumeOption{queue.Workers(0)}},
-		"workers 257":  {ok, []queue.ConsumeOption{queue.Workers(queue.MaxWorkers + 1)}},
-		"batch 11":     {ok, []queue.ConsumeOption{queue.BatchSize(11)}},
-		"batch 0":      {ok, []queue.ConsumeOption{queue.BatchSize(0)}},
-		"batch -1":     {ok, []queue.ConsumeOption{queue.BatchSize(-1)}},
+		"workers 0":    {ok, []queue.ConsumeOption{queue.ConsumeWorkers(0)}},
+		"workers 257":  {ok, []queue.ConsumeOption{queue.ConsumeWorkers(queue.MaxWorkers + 1)}},
+		"batch 11":     {ok, []queue.ConsumeOption{queue.ConsumeBatchSize(11)}},
+		"batch 0":      {ok, []queue.ConsumeOption{queue.ConsumeBatchSize(0)}},
+		"batch -1":     {ok, []queue.ConsumeOption{queue.ConsumeBatchSize(-1)}},
 		"visibility 0": {ok, []queue.ConsumeOption{queue.ConsumeVisibility(0)}},
-		"poll 0":       {ok, []queue.ConsumeOption{queue.PollInterval(0)}},
+		"poll 0":       {ok, []queue.ConsumeOption{queue.ConsumePollInterval(0)}},
 	} {
 		err := q.Consume(context.Background(), tc.h, tc.opts...)
 		if !errors.Is(err, bindings.ErrInvalidInput) {
@@ -122,7 +122,7 @@ func TestConsumeEachMessageOnce(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(100 * time.Microsecond) // some work, so workers overlap
 		return nil
-	}, queue.Workers(8))
+	}, queue.ConsumeWorkers(8))
 
 	start := time.Now()
 	for i := range n {
@@ -165,7 +165,7 @@ func TestConsumeErrorNacks(t *testing.T) {
 			return errors.New("transient")
 		}
 		return nil
-	}, queue.WithConsumeLogger(logs.logger()))
+	}, queue.ConsumeLogger(logs.logger()))
 	if err := q.Send(context.Background(), queue.Text("retry me")); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestConsumeRecoversPanic(t *testing.T) {
 		}
 		handled.Add(1)
 		return nil
-	}, queue.WithConsumeLogger(logs.logger()))
+	}, queue.ConsumeLogger(logs.logger()))
 	if err := q.Send(context.Background(), queue.Text("explosive")); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestConsumeHintsResumeWhenNATSComesBack(t *testing.T) {
 	hwConsume(t, q, func(_ context.Context, m queue.Message) error {
 		handled <- time.Now()
 		return nil
-	}, queue.PollInterval(hwNoPoll))
+	}, queue.ConsumePollInterval(hwNoPoll))
 	hwWaiting(t, q, 1)
 	hwSource(t, url, dir, subject) // its publisher dials a server that is not up yet
 
@@ -370,7 +370,7 @@ func TestConsumeIdleUsesNoCPU(t *testing.T) {
 	subject := notify.Subject("test", "idle")
 	q := hwOpen(t, t.TempDir(), queue.WithHints(srv.URL(), "", subject))
 	hwConsume(t, q, func(context.Context, queue.Message) error { return nil },
-		queue.Workers(8), queue.PollInterval(time.Second))
+		queue.ConsumeWorkers(8), queue.ConsumePollInterval(time.Second))
 	hwSubscribed(t, q, srv.URL(), subject)
 	hwWaiting(t, q, 1)
 	cpu := hwCPU(t)

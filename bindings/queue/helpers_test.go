@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"database/sql"
-	"runtime/debug"
 	"testing"
 
 	_ "modernc.org/sqlite"
@@ -12,21 +11,6 @@ import (
 )
 
 var ctx = context.Background()
-
-// raceEnabled reports whether this binary was built with -race (recorded
-// in its build settings), without a build-tagged file.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
 
 // openFile opens the queue in dir for the test, closed at its end.
 func openFile(t *testing.T, dir string, opts ...queue.Option) *queue.Queue {

@@ -38,7 +38,7 @@ func newHCRig(t testing.TB) *hcRig {
 	subject := notify.Subject("test", "count")
 	hwSource(t, srv.URL(), dir, subject)
 	consumer := hwOpen(t, dir, queue.WithHints(srv.URL(), "", subject))
-	hwConsume(t, consumer, func(context.Context, queue.Message) error { return nil }, queue.PollInterval(hwNoPoll))
+	hwConsume(t, consumer, func(context.Context, queue.Message) error { return nil }, queue.ConsumePollInterval(hwNoPoll))
 	hwSubscribed(t, consumer, srv.URL(), subject)
 	// Another handle, as in another process: its sends wake the consumer by
 	// NATS only.

@@ -17,7 +17,7 @@ import (
 // ack succeeds.
 func TestConsumeExtendsLeaseOfLongHandler(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	const lease = 600 * time.Millisecond // extended every 200 ms: a lapse takes a 400 ms stall, as in TestConsumeInlineRestWaitsWithLease
 	dir := t.TempDir()
 	var log hwLog
 	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll), queue.WithLogger(log.logger()))
@@ -38,8 +38,8 @@ func TestConsumeExtendsLeaseOfLongHandler(t *testing.T) {
 	case <-time.After(hwTimeout):
 		t.Fatal("handler never started")
 	}
-	// Five leases long, another consumer finds nothing due.
-	got, err := other.ReceiveWait(context.Background(), 1, 5*lease)
+	// Three leases long, another consumer finds nothing due.
+	got, err := other.ReceiveWait(context.Background(), 1, 3*lease)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("another consumer received %d messages (%v) while the handler ran; want none", len(got), err)
 	}
@@ -142,7 +142,7 @@ func TestDelayedMessageWakesConsume(t *testing.T) {
 // and the next message of its batch runs on a worker meanwhile.
 func TestConsumeExtendsLeaseInline(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	const lease = 600 * time.Millisecond // extended every 200 ms: a lapse takes a 400 ms stall, as in TestConsumeInlineRestWaitsWithLease
 	dir := t.TempDir()
 	var log hwLog
 	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll), queue.WithLogger(log.logger()))
@@ -181,10 +181,10 @@ func TestConsumeExtendsLeaseInline(t *testing.T) {
 	case <-time.After(hwTimeout):
 		t.Fatal("the second message waited for the slow handler")
 	}
-	// Five leases long, the slow message's lease stays ahead. (Not
+	// Three leases long, the slow message's lease stays ahead. (Not
 	// ReceiveWait: the second message's ack waits for the dispatcher, busy
 	// in the slow handler, and its lease may run out meanwhile.)
-	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
 		if v := hwVisibleAt(t, other, m.ID); !v.After(time.Now()) {
 			t.Fatalf("visible_at %v is not in the future while the handler runs", v)
 		}
@@ -206,8 +206,10 @@ func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
 	// The keeper extends every lease/3 to a full lease, so a stall of more
 	// than 2/3 of the lease lets a waiting message's lease lapse. 150 ms
 	// (a 100 ms stall) lapsed once in CI's -race pass on a loaded 2-core
-	// machine; 600 ms checks the same.
-	const lease = 600 * time.Millisecond
+	// machine, 600 ms once in a -count=200 run at load 30 (the rest's
+	// leases were not renewed when they went to the workers; they are
+	// now); 1 s checks the same.
+	const lease = time.Second
 	dir := t.TempDir()
 	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll))
 	other := hwOpen(t, dir)
@@ -249,7 +251,7 @@ func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
 		t.Fatal("slow handler never started")
 	}
 	testutil.CheckFor(t, hwTimeout, time.Millisecond, "one message handed on", func() bool { return waited.Load() == 1 })
-	for end := time.Now().Add(5 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); time.Sleep(lease / 10) {
 		for id := m.ID + 2; id <= m.ID+4; id++ {
 			if v := hwVisibleAt(t, other, id); !v.After(time.Now()) {
 				t.Fatalf("message %d: visible_at %v is not in the future while it waits", id, v)
@@ -273,7 +275,7 @@ func TestConsumeInlineRestWaitsWithLease(t *testing.T) {
 // again).
 func TestConsumeAcksHandedOnWhileInlineIsSlow(t *testing.T) {
 	t.Parallel()
-	const lease = 150 * time.Millisecond
+	const lease = 600 * time.Millisecond // extended every 200 ms: a lapse takes a 400 ms stall, as in TestConsumeInlineRestWaitsWithLease
 	dir := t.TempDir()
 	q := hwOpen(t, dir, queue.WithPollInterval(hwNoPoll))
 	ctx := context.Background()

@@ -21,7 +21,7 @@ type Tx struct {
 
 // ctx is the context the statements of t run under.
 func (t *Tx) ctx(ctx context.Context) context.Context {
-	if t.grouped {
+	if t.grouped && ctx.Done() != nil { // one that cannot end needs no wrapping
 		return context.WithoutCancel(ctx)
 	}
 	return ctx

@@ -259,23 +259,6 @@ type WaitReceiver interface {
 	ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]Message, error)
 }
 
-// AckPipeliner is implemented by an engine whose AckBatch is a round trip
-// to a server that costs mostly per batch (JetStream: one stream read for
-// all of it, its acks in flight together) and that does not hold up a
-// Receive of the same handle running beside it (no write lock to share).
-// When PipelineAcks reports true, Consume writes its acks on a goroutine
-// of their own, one AckBatch at a time (when it stops, the last beside the
-// one in flight), while it claims and runs the next messages, and each
-// AckBatch takes everything finished while the one before it ran (up to
-// queue.MaxAckBatch): its acks batch well. AckBatch must therefore be safe
-// beside Receive, Extend, Nack and another AckBatch of other receipts (the
-// Queue contract: safe for concurrent use). The SQLite engine has not got
-// it: its claim and its ack take the same write lock.
-type AckPipeliner interface {
-	// PipelineAcks reports whether Consume should pipeline the acks.
-	PipelineAcks() bool
-}
-
 // Stats are a queue's counts at one moment.
 type Stats struct {
 	Due      int64 // due now

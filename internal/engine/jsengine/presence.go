@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // AckBatch needs, for each receipt, whether the stream still holds its
@@ -189,15 +187,6 @@ func (q *Queue) waitAllGone(ctx context.Context, seqs []uint64) error {
 		}
 	}
 }
-
-var _ driver.AckPipeliner = (*Queue)(nil)
-
-// PipelineAcks (driver.AckPipeliner): an AckBatch costs one stream read
-// for the batch plus one ack round trip a message, in flight together,
-// and a Receive beside it takes no lock it holds, so Consume writes acks
-// while it claims (measured: BenchmarkVsBare's drain spent its time in
-// claims and AckBatches one after the other, about 1/3 and 2/3).
-func (q *Queue) PipelineAcks() bool { return true }
 
 // errCodeNoMessage is JetStream's error code of a get of a sequence the
 // stream does not hold (JSNoMessageFoundErr, jetstream.ErrMsgNotFound).

@@ -360,12 +360,15 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 // at: one that is spent starts its move instead, and the select runs again
 // for the places it left, so a claim still returns up to max messages.
 func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
-	var msgs []Message
+	msgs := make([]Message, 0, max)
 	var moves []move
 	// skipped are the due rows left in place (undeliverable, no dead-letter
 	// queue): they stay due, so each select asks for that many more.
 	skipped := map[int64]bool{}
 	leaseEnd := now.Add(lease).UnixMilli()
+	// The claim's scan targets, once per claim rather than per message
+	// (Scan takes their addresses, so each is a heap allocation).
+	var typ, data, attempt any
 	for {
 		want := max - len(msgs)
 		due, err := dueMessages(ctx, tx, now, want+len(skipped))
@@ -395,8 +398,8 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 				skipped[m.ID] = true
 				continue
 			}
-			u := uuid.NewString()
-			var typ, data, attempt any
+			receipt, u := newReceipt(m.ID)
+			typ, data, attempt = nil, nil, nil
 			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &attempt)
 			if errors.Is(err, sql.ErrNoRows) { // a NULL payload or attempt: left in place
 				q.skipUndeliverable(m.ID, "payload_type, payload_data or attempt is NULL")
@@ -407,7 +410,7 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 				return nil, nil, err
 			}
 			d := decodeRow(storedRow{id: m.ID, typ: typ, data: data, enq: int64(0), attempt: attempt, hasAttempt: true})
-			m.ReceiptHandle = formatReceipt(m.ID, u)
+			m.ReceiptHandle = receipt
 			m.Payload, m.Attempt = d.payload, d.attempt
 			msgs = append(msgs, m.Message)
 		}
@@ -494,13 +497,16 @@ func dueMessages(ctx context.Context, tx *sqlstore.Tx, now time.Time, n int) ([]
 		return nil, err
 	}
 	defer rows.Close()
-	var msgs []dueMessage
+	msgs := make([]dueMessage, 0, n)
+	var id int64
+	var enq any // scan targets once, not per row: Scan takes their addresses
 	for rows.Next() {
 		var m dueMessage
-		var enq any
-		if err := rows.Scan(&m.ID, &enq); err != nil {
+		enq = nil
+		if err := rows.Scan(&id, &enq); err != nil {
 			return nil, err
 		}
+		m.ID = id
 		ms, note, ok := intOf("enqueued_at", enq)
 		if !ok {
 			m.odd = note
@@ -635,6 +641,9 @@ func (q *Queue) Purge(ctx context.Context) error {
 // parseReceipt splits "{id}:{uuid}"; ok is false for anything this store
 // could not have issued (see ParseReceipt, the one rule).
 func parseReceipt(r string) (id int64, u string, ok bool) {
+	if id, u, ok := canonicalReceipt(r); ok {
+		return id, u, true
+	}
 	rc, err := ParseReceipt(r)
 	return rc.ID, rc.UUID, err == nil
 }

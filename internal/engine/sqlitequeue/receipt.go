@@ -1,6 +1,7 @@
 package sqlitequeue
 
 import (
+	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -73,4 +74,65 @@ func quoteReceipt(s string) string {
 		return strconv.Quote(s)
 	}
 	return strconv.Quote(s[:80]) + "..."
+}
+
+// newReceipt mints the receipt of a delivery of message id: one string,
+// "{id}:{uuid}", and its uuid part (a substring of it, no copy).
+func newReceipt(id int64) (receipt, u string) {
+	var buf [MaxReceiptBytes]byte
+	b := strconv.AppendInt(buf[:0], id, 10)
+	b = append(b, ':')
+	n := len(b)
+	b = appendUUID(b, uuid.New())
+	receipt = string(b)
+	return receipt, receipt[n:]
+}
+
+// appendUUID appends u in the canonical lower-case 8-4-4-4-12 form, as
+// u.String() writes it.
+func appendUUID(b []byte, u uuid.UUID) []byte {
+	var s [36]byte
+	hex.Encode(s[:8], u[:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], u[10:])
+	return append(b, s[:]...)
+}
+
+// canonicalReceipt splits s when it is a receipt as the store issues it
+// (ParseReceipt's rule), without allocating: the ack path's common case.
+// false: ParseReceipt says what is wrong, if anything.
+func canonicalReceipt(s string) (id int64, u string, ok bool) {
+	i := strings.IndexByte(s, ':')
+	if i < 1 || i > 19 || len(s)-i-1 != 36 || s[0] == '0' {
+		return 0, "", false
+	}
+	for _, c := range []byte(s[:i]) {
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+	}
+	id, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	u = s[i+1:]
+	for j, c := range []byte(u) {
+		switch j {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return 0, "", false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return 0, "", false
+			}
+		}
+	}
+	return id, u, true
 }
