@@ -177,6 +177,18 @@ func Verify(ctx context.Context, path string, f Format) (Verification, error) {
 	}
 	defer conn.Close()
 
+	// A database of no objects at all is a store whose creation never
+	// reached the disk (an empty file, or a power cut after the switch to
+	// WAL and before the tables' commit was synced): nothing of anyone's
+	// is in it, and Open creates it as a new store (see checkRecovered).
+	var objects int
+	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&objects); err != nil {
+		return v, ctxOr(ctx, err, &v)
+	}
+	if objects == 0 && len(v.Problems) == 0 {
+		v.Notes = append(v.Notes, "the database holds no tables: a store not created yet (its creation did not reach the disk); localcloud creates it on its next read-write open")
+		return v, nil
+	}
 	markerOK, err := verifyMarker(ctx, conn, f, &v)
 	if err != nil {
 		return v, ctxOr(ctx, err, &v)

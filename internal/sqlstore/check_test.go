@@ -407,3 +407,70 @@ func TestRestoreRefusesAChildHolder(t *testing.T) {
 		t.Errorf("the refused restore changed the store directory:\n before %v\n after  %v", before, after)
 	}
 }
+
+// TestVerifyStoreNotCreatedYet: a database file of no tables at all (an
+// empty file, or one switched to WAL whose tables never reached the disk,
+// as a power cut leaves a store created with durability normal) is a store
+// not created yet, a note and no problem, and Open creates it; a database
+// with any table of another program is still refused for its marker.
+func TestVerifyStoreNotCreatedYet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		setup string // SQL run on the new file; "" leaves it empty
+		ok    bool
+	}{
+		{"empty file", "", true},
+		{"WAL header only", "PRAGMA journal_mode=WAL", true},
+		{"a table of another program", "CREATE TABLE other (a)", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, sqlitequeue.FileName)
+			if c.setup == "" {
+				if err := os.WriteFile(path, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				db, err := sql.Open("sqlite", "file://"+path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.ExecContext(ctx, c.setup); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := sqlstore.Verify(ctx, path, sqlitequeue.Format())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.ok != (len(v.Problems) == 0) {
+				t.Fatalf("Verify: problems %v, notes %v; want ok=%v", v.Problems, v.Notes, c.ok)
+			}
+			if !c.ok {
+				return
+			}
+			if len(v.Notes) == 0 || !strings.Contains(v.Notes[0], "not created yet") {
+				t.Errorf("Verify notes %v, want one saying the store is not created yet", v.Notes)
+			}
+			q, err := queue.Open(ctx, dir)
+			if err != nil {
+				t.Fatalf("open after Verify accepted it: %v", err)
+			}
+			if err := q.Send(ctx, queue.Text("x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := sqlstore.Verify(ctx, path, sqlitequeue.Format()); err != nil || len(v.Problems) != 0 {
+				t.Fatalf("Verify of the created store: %v %v", v.Problems, err)
+			}
+		})
+	}
+}
