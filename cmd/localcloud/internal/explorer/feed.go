@@ -68,10 +68,13 @@ type feed struct {
 	history []Event // the last historySize activity events (not hints, not stats)
 	nextID  int64
 	prev    map[string]bindingJSON // the last counts read
-	// acted marks the bindings an explorer action just changed: its row
-	// says what happened, so the next read's count deltas there are not
-	// rows of their own.
-	acted map[string]bool
+	// acted marks the bindings an explorer action just changed, with the
+	// number of reads begun before it: its row says what happened, so the
+	// count deltas there are not rows of their own until a read that began
+	// after the action (and so saw all of it) has been compared.
+	acted map[string]uint64
+	// polls counts the reads begun (guarded by mu).
+	polls uint64
 	// busy counts the explorer actions under way per binding: a read
 	// while one writes makes no rows there either.
 	busy     map[string]int
@@ -92,7 +95,7 @@ type feed struct {
 
 func newFeed(s *Server) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &feed{s: s, clients: map[chan Event]struct{}{}, prev: map[string]bindingJSON{}, acted: map[string]bool{}, busy: map[string]int{},
+	return &feed{s: s, clients: map[chan Event]struct{}{}, prev: map[string]bindingJSON{}, acted: map[string]uint64{}, busy: map[string]int{},
 		poke: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
@@ -147,7 +150,7 @@ func (f *feed) onHint(m *nats.Msg) {
 // library sender does (up's hint source would see the write too, later).
 func (f *feed) hint(b supervisor.RuntimeBinding) {
 	f.mu.Lock()
-	f.acted[b.Name] = true
+	f.acted[b.Name] = f.polls
 	f.mu.Unlock()
 	nc := f.s.opts.Conn
 	if nc == nil || b.Subject == "" {
@@ -178,7 +181,7 @@ func (f *feed) begin(binding string) (end func()) {
 // action records a change made through the explorer.
 func (f *feed) action(binding, kind, text string) {
 	f.mu.Lock()
-	f.acted[binding] = true
+	f.acted[binding] = f.polls
 	f.mu.Unlock()
 	f.emit(Event{Kind: KindAction, Binding: binding, Text: text})
 	select {
@@ -240,13 +243,28 @@ func (f *feed) poll() {
 	defer cancel()
 	seen := map[string]bool{}
 	f.mu.Lock()
-	acted := f.acted
-	f.acted = map[string]bool{}
+	f.polls++
+	started := f.polls
+	f.mu.Unlock()
+	all := f.s.allBindings(ctx)
+	// Which bindings an action changed, looked at after the read: an
+	// action whose change this read saw had begun (busy) before it, so it
+	// is still busy or has marked acted by now. A mark made before this
+	// read began is spent by it; a later one waits for the next read,
+	// which may be the first to see the change.
+	f.mu.Lock()
+	acted := map[string]bool{}
+	for name, at := range f.acted {
+		acted[name] = true
+		if at < started {
+			delete(f.acted, name)
+		}
+	}
 	for name := range f.busy {
 		acted[name] = true
 	}
 	f.mu.Unlock()
-	for _, b := range f.s.allBindings(ctx) {
+	for _, b := range all {
 		seen[b.Name] = true
 		p, had := f.prev[b.Name]
 		f.prev[b.Name] = b
