@@ -13,6 +13,7 @@ import (
 
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/explorer"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/listen"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -33,8 +34,8 @@ func listenExplorer(st *config.Stack) (*upExplorer, error) {
 	if !st.Explorer.Enabled {
 		return nil, nil
 	}
-	ln, fellBack, err := explorer.Listen(st.Explorer.Listen, !st.Explorer.ListenGiven)
-	if errors.Is(err, explorer.ErrAddrInUse) {
+	ln, fellBack, err := listen.TCP("the explorer", st.Explorer.Listen, !st.Explorer.ListenGiven)
+	if errors.Is(err, listen.ErrAddrInUse) {
 		return nil, &hintError{err: fmt.Errorf("explorer.listen: %s is taken by another program", st.Explorer.Listen),
 			try: fmt.Sprintf("set \"listen: 127.0.0.1:0\" under explorer: in %s to pick a free port, or \"explorer: off\"", st.File)}
 	}

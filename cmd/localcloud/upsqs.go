@@ -12,6 +12,7 @@ import (
 
 	"github.com/localcloud/localcloud/cmd/localcloud/internal/sqsapi"
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/listen"
 	"github.com/localcloud/localcloud/internal/supervisor"
 )
 
@@ -47,8 +48,8 @@ func listenSQS(st *config.Stack) (*upSQS, error) {
 	if !st.SQS.Enabled {
 		return nil, nil
 	}
-	ln, fellBack, err := sqsapi.Listen(st.SQS.Listen, !st.SQS.ListenGiven)
-	if errors.Is(err, sqsapi.ErrAddrInUse) {
+	ln, fellBack, err := listen.TCP("the SQS API", st.SQS.Listen, !st.SQS.ListenGiven)
+	if errors.Is(err, listen.ErrAddrInUse) {
 		return nil, &hintError{err: fmt.Errorf("sqs.listen: %s is taken by another program", st.SQS.Listen),
 			try: fmt.Sprintf("set \"listen: 127.0.0.1:0\" under sqs: in %s to pick a free port, or \"sqs: off\"", st.File)}
 	}

@@ -28,7 +28,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,32 +190,6 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	})
 	return err
-}
-
-// ErrAddrInUse is returned by Listen when the address is taken.
-var ErrAddrInUse = errors.New("address already in use")
-
-// Listen opens the explorer's listener on listen. When the port is taken
-// and fallback is true (the stack file did not set one), it listens on a
-// free port of the same host instead and reports that with fellBack. A
-// taken port without fallback is an error matching ErrAddrInUse.
-func Listen(listen string, fallback bool) (ln net.Listener, fellBack bool, err error) {
-	ln, err = net.Listen("tcp", listen)
-	if err == nil {
-		return ln, false, nil
-	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return nil, false, fmt.Errorf("listen for the explorer on %s: %w", listen, err)
-	}
-	if !fallback {
-		return nil, false, fmt.Errorf("listen for the explorer on %s: %w", listen, ErrAddrInUse)
-	}
-	host, _, _ := net.SplitHostPort(listen)
-	ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return nil, false, fmt.Errorf("listen for the explorer on a free port of %s: %w", host, err)
-	}
-	return ln, true, nil
 }
 
 // URL returns the address to open in a browser for a listener's address.

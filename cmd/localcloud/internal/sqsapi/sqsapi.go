@@ -24,7 +24,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -127,32 +126,6 @@ func New(opts Options) (*Server, error) {
 		s.sub = sub
 	}
 	return s, nil
-}
-
-// ErrAddrInUse is returned by Listen when the address is taken.
-var ErrAddrInUse = errors.New("address already in use")
-
-// Listen opens the listener on listen. When the port is taken and fallback
-// is true (the stack file did not set one), it listens on a free port of
-// the same host and reports that with fellBack; without fallback a taken
-// port is an error matching ErrAddrInUse.
-func Listen(listen string, fallback bool) (ln net.Listener, fellBack bool, err error) {
-	ln, err = net.Listen("tcp", listen)
-	if err == nil {
-		return ln, false, nil
-	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return nil, false, fmt.Errorf("listen for the SQS API on %s: %w", listen, err)
-	}
-	if !fallback {
-		return nil, false, fmt.Errorf("listen for the SQS API on %s: %w", listen, ErrAddrInUse)
-	}
-	host, _, _ := net.SplitHostPort(listen)
-	ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return nil, false, fmt.Errorf("listen for the SQS API on a free port of %s: %w", host, err)
-	}
-	return ln, true, nil
 }
 
 // Endpoint is the endpoint URL of a listener's address.
