@@ -220,27 +220,40 @@ func (p *parser) notify(r *rawStack, v *yaml.Node) {
 	}
 }
 
+// toggle reads a field that is off (or false), on (or true, or nothing), or
+// a mapping: off reports the first; n is the mapping, nil otherwise (and
+// when the field is neither, which is reported).
+func (p *parser) toggle(v *yaml.Node, field, what string) (off bool, n *yaml.Node) {
+	if d := deref(v); d != nil && d.Kind == yaml.ScalarNode && !isNull(v) {
+		s, ok := p.scalar(v, field, what)
+		if !ok {
+			return false, nil
+		}
+		switch strings.ToLower(s) {
+		case "off", "false":
+			return true, nil
+		case "on", "true":
+		default:
+			p.addf(v, field, "must be %s, got %q", what, s)
+		}
+		return false, nil
+	}
+	n, ok := p.mapping(v, field, what)
+	if !ok {
+		return false, nil
+	}
+	return false, n
+}
+
 // explorer reads the explorer field: off (or false) turns the explorer
 // off, on (or true, or nothing) keeps the defaults, a mapping sets listen
 // and readOnly.
 func (p *parser) explorer(r *rawStack, v *yaml.Node) {
-	const what = "off, on, or a mapping with listen and readOnly"
-	if n := deref(v); n != nil && n.Kind == yaml.ScalarNode && !isNull(v) {
-		s, ok := p.scalar(v, "explorer", what)
-		if !ok {
-			return
-		}
-		switch strings.ToLower(s) {
-		case "off", "false":
-			r.explorer.Enabled = false
-		case "on", "true":
-		default:
-			p.addf(v, "explorer", "must be %s, got %q", what, s)
-		}
-		return
+	off, n := p.toggle(v, "explorer", "off, on, or a mapping with listen and readOnly")
+	if off {
+		r.explorer.Enabled = false
 	}
-	n, ok := p.mapping(v, "explorer", what)
-	if !ok {
+	if n == nil {
 		return
 	}
 	for _, e := range p.entries(n, "explorer") {

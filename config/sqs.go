@@ -56,24 +56,12 @@ type rawSQS struct {
 // sqs reads the sqs field: off (or false) turns the API off, on (or true,
 // or nothing) keeps the defaults, a mapping sets its fields.
 func (p *parser) sqs(r *rawStack, v *yaml.Node) {
-	const what = "off, on, or a mapping with listen, region, accessKeyId and secretAccessKey"
 	r.sqs.node = v
-	if n := deref(v); n != nil && n.Kind == yaml.ScalarNode && !isNull(v) {
-		s, ok := p.scalar(v, "sqs", what)
-		if !ok {
-			return
-		}
-		switch strings.ToLower(s) {
-		case "off", "false":
-			r.sqs.off = true
-		case "on", "true":
-		default:
-			p.addf(v, "sqs", "must be %s, got %q", what, s)
-		}
-		return
+	off, n := p.toggle(v, "sqs", "off, on, or a mapping with listen, region, accessKeyId and secretAccessKey")
+	if off {
+		r.sqs.off = true
 	}
-	n, ok := p.mapping(v, "sqs", what)
-	if !ok {
+	if n == nil {
 		return
 	}
 	for _, e := range p.entries(n, "sqs") {
