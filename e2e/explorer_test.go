@@ -232,6 +232,12 @@ func TestExplorerInABrowser(t *testing.T) {
 	}
 	run(t, ctx, "browse user:", chromedp.Navigate(base+"/kv/carts"),
 		chromedp.SendKeys(css(`#prefix-form input[name=prefix]`), "user:"), chromedp.Submit(css(`#prefix-form`)),
+		// The unfiltered page (56 keys) has a #next-page too: wait for the
+		// prefixed page (its form renders the prefix as the input's value
+		// attribute; typing sets only the property) before looking for it,
+		// or the rows are counted on a page being replaced (seen under
+		// load: 0 rows).
+		chromedp.WaitVisible(css(`#prefix-form input[value="user:"]`)),
 		chromedp.WaitVisible(css(`#next-page`)))
 	rows1 := eval[int](t, ctx, `document.querySelectorAll('tr.key').length`)
 	last1 := eval[string](t, ctx, `[...document.querySelectorAll('tr.key a')].pop().textContent`)
