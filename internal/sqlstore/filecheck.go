@@ -384,7 +384,12 @@ func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 	// crash). Only SQLite truncates it, and a localcloud open lets SQLite
 	// see a -wal only after this check accepted it, so the WAL is the one
 	// an earlier open accepted; SQLite rebuilds the index from it.
-	if bytes.Equal(sh[0:96], make([]byte, 96)) {
+	// The same holds while the first copy is still all zeros: SQLite writes
+	// the second copy first, so a first copy of zeros is a header that the
+	// first rebuild after the truncation never finished (killed between or
+	// inside the two copies' writes, which leaves a torn second copy: its
+	// isInit and mxFrame written, its salts not yet).
+	if bytes.Equal(sh[0:48], make([]byte, 48)) {
 		return walOrphan, nil
 	}
 	// The -shm holds two copies of the index header (the second written
