@@ -377,19 +377,21 @@ func checkWAL(path string, pageSize int64) (walState, *fileProblem) {
 	} else if err != nil {
 		return unvouched("its index " + filepath.Base(shmPath) + " cannot be read (" + err.Error() + ")")
 	}
-	// An index whose two header copies are all zeros (or that is shorter
-	// than them) is one the first connection of an open truncated, as
-	// SQLite does before it rebuilds the index from the WAL, and that died
-	// before the rebuild (a process killed while opening the store after a
-	// crash). Only SQLite truncates it, and a localcloud open lets SQLite
-	// see a -wal only after this check accepted it, so the WAL is the one
-	// an earlier open accepted; SQLite rebuilds the index from it.
-	// The same holds while the first copy is still all zeros: SQLite writes
-	// the second copy first, so a first copy of zeros is a header that the
-	// first rebuild after the truncation never finished (killed between or
-	// inside the two copies' writes, which leaves a torn second copy: its
-	// isInit and mxFrame written, its salts not yet).
-	if bytes.Equal(sh[0:48], make([]byte, 48)) {
+	// An index whose first header copy is not initialised (isInit, byte
+	// 12, is not 1) is one the first connection of an open reset, as SQLite
+	// does before it rebuilds the index from the WAL, and that died before
+	// the rebuild finished (a process killed while opening the store after
+	// a crash). The reset truncates the index to zeros; the rebuild writes
+	// the header's second copy, then the first, each with isInit 1, and
+	// nothing else clears isInit again, so a first copy without it has not
+	// been written since the reset. Kills met: all zeros (or shorter than
+	// the header), a torn second copy (isInit and mxFrame written, not yet
+	// the salts) and a first copy holding only its version (localcloud
+	// migrate, SIGKILLed at random points). Only SQLite resets the index,
+	// and a localcloud open lets SQLite see a -wal only after this check
+	// accepted it, so the WAL is the one an earlier open accepted; SQLite
+	// rebuilds the index from it.
+	if sh[12] != 1 {
 		return walOrphan, nil
 	}
 	// The -shm holds two copies of the index header (the second written

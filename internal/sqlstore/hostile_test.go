@@ -802,32 +802,43 @@ func TestCrashLeftWALWithATruncatedIndex(t *testing.T) {
 			openCrashed(t, dir)
 		})
 	}
-	// Killed inside the rebuild's write of the index header: SQLite writes
-	// the header's second copy, then the first; a kill part way through the
-	// second leaves it torn (its first 32 bytes: isInit and mxFrame, not the
-	// salts) and the first still zeros.
-	t.Run("torn", func(t *testing.T) {
-		t.Parallel()
-		dir := crashedQueue(t)
-		shm := filepath.Join(dir, sqlitequeue.FileName) + "-shm"
-		hdr := make([]byte, 96)
-		fh, err := os.Open(shm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.ReadFull(fh, hdr)
-		fh.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hdr[48+12] != 1 || binary.NativeEndian.Uint32(hdr[48+16:]) == 0 {
-			t.Fatalf("the crashed store's index header copy 2 has isInit %d, mxFrame %d; want a header that indexes frames", hdr[48+12], binary.NativeEndian.Uint32(hdr[48+16:]))
-		}
-		torn := make([]byte, 32768)
-		copy(torn[48:80], hdr[48:80])
-		writeFile(t, shm, torn, 0o600)
-		openCrashed(t, dir)
-	})
+	// Killed inside the rebuild: the first copy of the index header is not
+	// initialised. torn: SQLite writes the header's second copy, then the
+	// first; a kill part way through the second leaves it torn (its first
+	// 32 bytes: isInit and mxFrame, not the salts) and the first still
+	// zeros. version: the first copy holds only its version (3007000), the
+	// rest zeros, the state a SIGKILLed localcloud migrate left.
+	for _, c := range []struct {
+		name  string
+		plant func(hdr, shm []byte)
+	}{
+		{"torn", func(hdr, shm []byte) { copy(shm[48:80], hdr[48:80]) }},
+		{"version", func(hdr, shm []byte) { copy(shm[0:4], hdr[0:4]) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := crashedQueue(t)
+			shm := filepath.Join(dir, sqlitequeue.FileName) + "-shm"
+			hdr := make([]byte, 96)
+			fh, err := os.Open(shm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.ReadFull(fh, hdr)
+			fh.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hdr[48+12] != 1 || binary.NativeEndian.Uint32(hdr[48+16:]) == 0 || binary.NativeEndian.Uint32(hdr[0:]) != 3007000 {
+				t.Fatalf("the crashed store's index header: version %d, copy 2 isInit %d, mxFrame %d; want 3007000 and a header that indexes frames",
+					binary.NativeEndian.Uint32(hdr[0:]), hdr[48+12], binary.NativeEndian.Uint32(hdr[48+16:]))
+			}
+			planted := make([]byte, 32768)
+			c.plant(hdr, planted)
+			writeFile(t, shm, planted, 0o600)
+			openCrashed(t, dir)
+		})
+	}
 }
 
 // openCrashed opens the queue crashedQueue left at dir and checks that
