@@ -23,7 +23,8 @@ package jsengine
 //   - a cluster: the consumer leader's name and the time it was elected
 //     (ClusterInfo.LeaderSince), read with a consumer info request and
 //     kept until a leader-elected advisory of the consumer arrives or the
-//     connection reconnects (advisories sent meanwhile are lost); the next
+//     connection reconnects (advisories sent meanwhile are lost), or while
+//     an advisory waits in the subscription for its callback; the next
 //     check reads it again.
 //
 // A delivery is tagged with the token read before its pull request; if the
@@ -113,6 +114,14 @@ func (q *Queue) cachedIncarnation() string {
 		return incToken("server", id)
 	}
 	rc := q.nc.Stats().Reconnects
+	// An advisory the connection has read but the subscription's
+	// goroutine has not handed to its callback yet: the kept token is of
+	// an earlier term (seen under load: another subscriber of the same
+	// advisory on the same connection had it, this one's callback had not
+	// run yet).
+	if n, _, err := q.inc.sub.Pending(); err == nil && n > 0 {
+		return ""
+	}
 	q.inc.mu.Lock()
 	defer q.inc.mu.Unlock()
 	if q.inc.reconnects != rc {
