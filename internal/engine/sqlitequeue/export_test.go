@@ -14,8 +14,5 @@ var (
 	FormatReceipt     = formatReceipt
 )
 
-// StmtDue is the receive select, for the query-plan test.
-const StmtDue = stmtDue
-
 // StmtClaimOne is the one-statement claim of Receive(1).
 const StmtClaimOne = stmtClaimOne
