@@ -217,6 +217,7 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		go c.work(c.newLeaseKeeper(c.clk))
 	}
 	err = c.dispatch(ctx)
+	c.acks.add(c.carry...) // acks no claim took along
 	c.inline.watch.Stop()
 	c.gather.Stop()
 	close(c.jobs)
@@ -246,12 +247,20 @@ type consumer struct {
 	gather  timer          // ends the dispatcher's wait for busy short handlers (signals slow)
 	slow    chan struct{}  // gather fired
 	claimed []Message      // the dispatcher's claim buffer, reused
+	// ackRecv is the engine's AckReceiver, nil if it has none. With one,
+	// the acks of a batch the dispatcher ran wait in carry for its next
+	// claim, which writes them in the same commit (claim); the dispatcher
+	// adds them to the ack writer instead when it waits (dispatch).
+	ackRecv  driver.AckReceiver
+	carry    []Message
+	receipts []string // claim's buffer for carry's receipts
 }
 
 // newConsumer returns the parts of a Consume, its ack goroutine started.
 func newConsumer(q *Queue, o consumeOptions, handler Handler, hctx context.Context, clk clock) *consumer {
 	c := &consumer{q: q, o: o, handler: handler, hctx: hctx, clk: clk, avg: -1,
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan time.Duration, o.workers+MaxReceiveBatch)}
+	c.ackRecv, _ = q.drv.(driver.AckReceiver)
 	c.acks = newBatchAcker(c.ackBatch)
 	c.inline = newInlineRunner(c, clk)
 	c.slow = make(chan struct{}, 1)
