@@ -387,6 +387,10 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 	// The claim's scan targets, once per claim rather than per message
 	// (Scan takes their addresses, so each is a heap allocation).
 	var typ, data, attempt any
+	// Without a dead-letter policy the due messages are claimed by one
+	// statement (claimBatch); with one, each is looked at, then claimed
+	// alone.
+	var batch []dueMessage
 	for {
 		want := max - len(msgs)
 		due, err := dueMessages(ctx, tx, now, want+len(skipped))
@@ -394,13 +398,18 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			return nil, nil, err
 		}
 		seen := 0
+		batch = batch[:0]
 		for _, m := range due {
 			if skipped[m.ID] {
 				continue
 			}
 			seen++
-			if len(msgs) == max {
+			if len(msgs)+len(batch) == max {
 				break
+			}
+			if !q.dead.set && m.odd == "" {
+				batch = append(batch, m)
+				continue
 			}
 			if q.dead.set {
 				mv, spent, err := q.deadLetterIfSpent(ctx, tx, now, m.ID)
@@ -431,6 +440,11 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			m.ReceiptHandle = receipt
 			m.Payload, m.Attempt = d.payload, d.attempt
 			msgs = append(msgs, m.Message)
+		}
+		if len(batch) > 0 {
+			if msgs, err = q.claimBatch(ctx, tx, leaseEnd, batch, msgs, skipped); err != nil {
+				return nil, nil, err
+			}
 		}
 		if seen < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
 			return msgs, moves, nil
