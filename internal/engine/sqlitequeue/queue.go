@@ -374,9 +374,11 @@ func (q *Queue) receive(ctx context.Context, receipts []string, max int, lease t
 }
 
 // claim is the claim transaction's body: the spec's select of due ids and
-// claim of each. With a dead-letter policy each due message is first looked
-// at: one that is spent starts its move instead, and the select runs again
-// for the places it left, so a claim still returns up to max messages.
+// the claim of them, all in one statement (claimBatch). With a dead-letter
+// policy each due message is first looked at and claimed alone (the spec's
+// claim): one that is spent starts its move instead, and the select runs
+// again for the places it left, so a claim still returns up to max
+// messages.
 func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
 	msgs := make([]Message, 0, max)
 	var moves []move
