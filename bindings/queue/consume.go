@@ -183,10 +183,12 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // Acks of handled messages are written by one ack goroutine, one AckBatch
 // at a time, each of everything that finished while the one before it ran
 // (up to MaxAckBatch): a batch run on the claiming goroutine is handed to
-// it in one go, so the claims go on while its acks are written (on the
-// SQLite engine the two may share a group commit). The claiming goroutine
-// waits only while a full batch of acks is already waiting. Consume
-// returns after the last ack was written.
+// it in one go, so the claims go on while its acks are written. The
+// claiming goroutine waits only while a full batch of acks is already
+// waiting. On an engine that writes acks and a claim in one commit (the
+// SQLite engine, driver.AckReceiver) the acks of a batch run on the
+// claiming goroutine go with its next claim instead, when one follows at
+// once. Consume returns after the last ack was written.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
