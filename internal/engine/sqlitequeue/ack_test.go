@@ -78,3 +78,34 @@ func TestAckReceive(t *testing.T) {
 		})
 	}
 }
+
+// TestAckBatchNamesAMessageTwice: a batch that names one message twice is
+// acked receipt by receipt, in order: the current receipt deletes it, the
+// second naming finds it gone, a stale receipt before the current one is
+// stale.
+func TestAckBatchNamesAMessageTwice(t *testing.T) {
+	t.Parallel()
+	q := hwOpen(t, t.TempDir())
+	e := engineOf(q)
+	if err := q.Send(ctx, queue.Text("a")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.Receive(ctx, 1, time.Minute)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("receive: %d, %v", len(first), err)
+	}
+	if err := e.Nack(ctx, first[0].ReceiptHandle, 0); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.Receive(ctx, 1, time.Minute)
+	if err != nil || len(again) != 1 {
+		t.Fatalf("receive again: %d, %v", len(again), err)
+	}
+	out, err := e.AckBatch(ctx, []string{first[0].ReceiptHandle, again[0].ReceiptHandle, again[0].ReceiptHandle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []driver.AckOutcome{driver.AckStale, driver.AckCurrent, driver.AckGone}; !slices.Equal(out, want) {
+		t.Fatalf("outcomes %v, want %v", out, want)
+	}
+}

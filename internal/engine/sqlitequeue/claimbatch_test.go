@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/engine/sqlitequeue"
 )
 
@@ -68,5 +69,28 @@ enqueued_at INTEGER, visible_at INTEGER, attempt INTEGER DEFAULT 0, receipt_hand
 	}
 	if left := attempts(t, db); len(left) != 1 {
 		t.Fatalf("after the acks: %v, want only the NULL payload row", left)
+	}
+}
+
+// TestClaimBatchFindsRowsByKey: the one-statement claim of a batch reaches
+// its rows through the primary key, never by reading the table.
+func TestClaimBatchFindsRowsByKey(t *testing.T) {
+	t.Parallel()
+	q := openFile(t, t.TempDir())
+	for range 3 {
+		if err := q.Send(ctx, queue.Text("m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{1, 10, 37} {
+		args := []any{int64(1)}
+		for i := range n {
+			args = append(args, int64(i+1), "00000000-0000-4000-8000-000000000000")
+		}
+		p := explain(t, q, sqlitequeue.StmtClaimBatch(n), args...)
+		t.Logf("claim of %d: %s", n, p)
+		if strings.Contains(p, "SCAN messages") || !strings.Contains(p, "SEARCH messages USING INTEGER PRIMARY KEY (rowid=?)") {
+			t.Errorf("claim of %d: plan %q; want the rows found by their key", n, p)
+		}
 	}
 }

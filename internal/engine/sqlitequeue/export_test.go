@@ -16,3 +16,7 @@ var (
 
 // StmtClaimOne is the one-statement claim of Receive(1).
 const StmtClaimOne = stmtClaimOne
+
+// StmtClaimBatch is the one-statement claim of n messages, for the
+// query-plan test.
+var StmtClaimBatch = stmtClaimBatch
