@@ -36,8 +36,11 @@ const floorRounds = 5
 //     flock on .localqueue.sqlite.lock, around every write transaction):
 //     the spec's claim of up to 10 (BEGIN IMMEDIATE, the select of due ids,
 //     the claim UPDATE of each with a new receipt, COMMIT), then ONE
-//     transaction deleting the 10 by id and receipt. No context that can
-//     end, no public API, no checkpointer goroutine.
+//     transaction deleting the 10 by id and receipt. The statements are
+//     the engine's own (sqlitequeue.StmtDue, StmtClaim, StmtAck), so the
+//     floor uses the indexes the engine's select uses: a copy of an older
+//     select went on reading the whole table once its index was retired.
+//     No context that can end, no public API, no checkpointer goroutine.
 //   - consume: queue.Open and Consume with 8 workers and a handler that
 //     does nothing, until every message was handled and Consume returned.
 //
@@ -162,17 +165,6 @@ type floorStore struct {
 	begin, commit, due, claim, del *sql.Stmt
 }
 
-// The floor's statements: the engine's select of due ids and claim (the
-// spec's, on localcloud's order index) and the spec's delete.
-const (
-	floorDue   = `SELECT id, enqueued_at FROM messages WHERE +visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2`
-	floorClaim = `UPDATE messages
-SET visible_at = ?1, attempt = attempt + 1,
-receipt_handle = ?2 WHERE id = ?3 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
-RETURNING payload_type, payload_data, attempt`
-	floorDelete = `DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2`
-)
-
 func openFloor(dir string) (*floorStore, error) {
 	path := filepath.Join(dir, sqlitequeue.FileName)
 	q := url.Values{}
@@ -207,7 +199,7 @@ func openFloor(dir string) (*floorStore, error) {
 	for _, s := range []struct {
 		st  **sql.Stmt
 		sql string
-	}{{&f.begin, "BEGIN IMMEDIATE"}, {&f.commit, "COMMIT"}, {&f.due, floorDue}, {&f.claim, floorClaim}, {&f.del, floorDelete}} {
+	}{{&f.begin, "BEGIN IMMEDIATE"}, {&f.commit, "COMMIT"}, {&f.due, sqlitequeue.StmtDue}, {&f.claim, sqlitequeue.StmtClaim}, {&f.del, sqlitequeue.StmtAck}} {
 		if *s.st, err = f.conn.PrepareContext(ctx, s.sql); err != nil {
 			return fail(err)
 		}

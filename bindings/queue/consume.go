@@ -183,10 +183,12 @@ func (q *Queue) consumeOptions(opts []ConsumeOption) (consumeOptions, error) {
 // Acks of handled messages are written by one ack goroutine, one AckBatch
 // at a time, each of everything that finished while the one before it ran
 // (up to MaxAckBatch): a batch run on the claiming goroutine is handed to
-// it in one go, so the claims go on while its acks are written (on the
-// SQLite engine the two may share a group commit). The claiming goroutine
-// waits only while a full batch of acks is already waiting. Consume
-// returns after the last ack was written.
+// it in one go, so the claims go on while its acks are written. The
+// claiming goroutine waits only while a full batch of acks is already
+// waiting. On an engine that writes acks and a claim in one commit (the
+// SQLite engine, driver.AckReceiver) the acks of a batch run on the
+// claiming goroutine go with its next claim instead, when one follows at
+// once. Consume returns after the last ack was written.
 //
 // While a handler runs, its message's lease is extended (Extend) every third
 // of the visibility timeout, until the handler returns; the ack or nack is
@@ -217,6 +219,7 @@ func (q *Queue) Consume(ctx context.Context, handler Handler, opts ...ConsumeOpt
 		go c.work(c.newLeaseKeeper(c.clk))
 	}
 	err = c.dispatch(ctx)
+	c.acks.add(c.carry...) // acks no claim took along
 	c.inline.watch.Stop()
 	c.gather.Stop()
 	close(c.jobs)
@@ -246,12 +249,20 @@ type consumer struct {
 	gather  timer          // ends the dispatcher's wait for busy short handlers (signals slow)
 	slow    chan struct{}  // gather fired
 	claimed []Message      // the dispatcher's claim buffer, reused
+	// ackRecv is the engine's AckReceiver, nil if it has none. With one,
+	// the acks of a batch the dispatcher ran wait in carry for its next
+	// claim, which writes them in the same commit (claim); the dispatcher
+	// adds them to the ack writer instead when it waits (dispatch).
+	ackRecv  driver.AckReceiver
+	carry    []Message
+	receipts []string // claim's buffer for carry's receipts
 }
 
 // newConsumer returns the parts of a Consume, its ack goroutine started.
 func newConsumer(q *Queue, o consumeOptions, handler Handler, hctx context.Context, clk clock) *consumer {
 	c := &consumer{q: q, o: o, handler: handler, hctx: hctx, clk: clk, avg: -1,
 		jobs: make(chan Message, o.workers+MaxReceiveBatch), done: make(chan time.Duration, o.workers+MaxReceiveBatch)}
+	c.ackRecv, _ = q.drv.(driver.AckReceiver)
 	c.acks = newBatchAcker(c.ackBatch)
 	c.inline = newInlineRunner(c, clk)
 	c.slow = make(chan struct{}, 1)

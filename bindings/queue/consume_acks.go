@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"sync"
+
+	"github.com/localcloud/localcloud/bindings/queue/driver"
 )
 
 // ackWriter is the one way a handled message of Consume gets acked: the
@@ -136,7 +138,7 @@ func (a *batchAcker) close() {
 // ackBatch acks msgs in one AckBatch, or one by one if that fails.
 func (c *consumer) ackBatch(msgs []Message) {
 	log := c.o.log
-	stale, err := c.q.ackMany(c.hctx, msgs)
+	outcomes, err := c.q.ackMany(c.hctx, msgs)
 	if err != nil {
 		for _, m := range msgs {
 			if aerr := c.q.Ack(c.hctx, m.ReceiptHandle); aerr != nil {
@@ -145,15 +147,23 @@ func (c *consumer) ackBatch(msgs []Message) {
 		}
 		return
 	}
-	for _, i := range stale {
-		m := msgs[i]
-		log.Warn("consume: ack failed: the lease ended and the message was delivered again", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, ErrStaleReceipt)
+	c.logStale(msgs, outcomes)
+}
+
+// logStale logs each of msgs whose ack outcome was stale: its lease ended
+// and it was delivered again before the ack.
+func (c *consumer) logStale(msgs []Message, outcomes []driver.AckOutcome) {
+	for i, o := range outcomes {
+		if o == AckStale {
+			m := msgs[i]
+			c.o.log.Warn("consume: ack failed: the lease ended and the message was delivered again", logKeyID, m.ID, logKeyAttempt, m.Attempt, logKeyErr, ErrStaleReceipt)
+		}
 	}
 }
 
-// ackMany is Ack of several messages in one go (AckBatch). A stale receipt
-// does not fail the others; the indexes of the stale ones are returned.
-func (q *Queue) ackMany(ctx context.Context, msgs []Message) (stale []int, err error) {
+// ackMany is Ack of several messages in one go (AckBatch), with each one's
+// outcome. A stale receipt does not fail the others.
+func (q *Queue) ackMany(ctx context.Context, msgs []Message) ([]driver.AckOutcome, error) {
 	receipts := make([]string, len(msgs))
 	for i, m := range msgs {
 		receipts[i] = m.ReceiptHandle
@@ -162,10 +172,5 @@ func (q *Queue) ackMany(ctx context.Context, msgs []Message) (stale []int, err e
 	if err != nil {
 		return nil, opErr(err, "ack %d messages", len(msgs))
 	}
-	for i, o := range outcomes {
-		if o == AckStale {
-			stale = append(stale, i)
-		}
-	}
-	return stale, nil
+	return outcomes, nil
 }

@@ -87,6 +87,13 @@ func (c *consumer) dispatch(ctx context.Context) error {
 				continue // a full claim left idle workers: claim again
 			}
 		}
+		if len(c.carry) > 0 {
+			// No claim follows at once to take these acks along.
+			c.acks.add(c.carry...)
+			clear(c.carry) // drop the payloads
+			c.carry = c.carry[:0]
+			c.acks.flush()
+		}
 		// Gathering: waiting for busy workers that are likely about to
 		// finish, at most slowHandler. With look (short handlers) for the
 		// claim; without, for the acks: workers that finish together get
@@ -176,9 +183,30 @@ func (c *consumer) dispatch(ctx context.Context) error {
 }
 
 // claim is Receive of up to k messages under the never-cancelled hctx,
-// into the dispatcher's reused buffer (valid until the next claim).
+// into the dispatcher's reused buffer (valid until the next claim). The
+// acks in c.carry are written in the same commit (AckReceive); if that
+// fails they go to the ack writer, which tries again.
 func (c *consumer) claim(k int) ([]Message, error) {
-	dms, err := c.q.drv.Receive(c.hctx, k, c.o.visibility)
+	var dms []driver.Message
+	var err error
+	if len(c.carry) > 0 {
+		c.receipts = c.receipts[:0]
+		for _, m := range c.carry {
+			c.receipts = append(c.receipts, m.ReceiptHandle)
+		}
+		var outcomes []driver.AckOutcome
+		outcomes, dms, err = c.ackRecv.AckReceive(c.hctx, c.receipts, k, c.o.visibility)
+		if err != nil {
+			c.acks.add(c.carry...) // flushed after the claim
+		} else {
+			c.logStale(c.carry, outcomes)
+		}
+		clear(c.carry) // drop the payloads
+		c.carry = c.carry[:0]
+		clear(c.receipts)
+	} else {
+		dms, err = c.q.drv.Receive(c.hctx, k, c.o.visibility)
+	}
 	if err != nil {
 		return nil, opErr(err, "receive")
 	}

@@ -18,7 +18,9 @@ import (
 // to the first workers that free up.
 //
 // The acks of a batch go to the ack writer in one add when the batch ends
-// (the dispatcher flushes them before its next claim). From a hand-off to
+// (the dispatcher flushes them before its next claim), or, on an engine
+// that writes acks and a claim in one go (driver.AckReceiver), to the
+// dispatcher, which writes them with its next claim. From a hand-off to
 // the end of the batch the runner is slow: the ones finished before the
 // hand-off are flushed with it, and, as the dispatcher flushes nothing
 // while it is in the slow handler, the batch's lease keeper flushes at
@@ -35,6 +37,11 @@ type inlineRunner struct {
 	lease   *leaseKeeper          // extends the batch's leases, the waiting ones included
 	watch   timer                 // hands the rest of a batch on (handOff)
 	out     []Message             // run's buffer for the acks it adds
+	// kept, when set, takes the acks of a batch that ran with no hand-off
+	// instead of the ack writer: the dispatcher writes them with its next
+	// claim (driver.AckReceiver), or adds them to the ack writer before it
+	// waits.
+	kept *[]Message
 
 	mu     sync.Mutex
 	msgs   []Message // the batch running; nil between batches
@@ -53,6 +60,9 @@ func newInlineRunner(c *consumer, clk clock) *inlineRunner {
 	r.lease.ticked = r.flushIfSlow
 	r.watch = clk.AfterFunc(time.Hour, r.handOff)
 	r.watch.Stop()
+	if c.ackRecv != nil {
+		r.kept = &c.carry
+	}
 	return r
 }
 
@@ -86,13 +96,18 @@ func (r *inlineRunner) run(msgs []Message) (handed int) {
 		if r.next == len(r.msgs) {
 			handed = r.handed
 			r.msgs, r.next = nil, 0
-			r.out = append(r.out[:0], r.done...)
+			if r.kept != nil {
+				*r.kept = append(*r.kept, r.done...)
+			} else {
+				r.out = append(r.out[:0], r.done...)
+			}
 			clear(r.done)
 			r.done = r.done[:0]
 			r.slow.Store(false)
 			r.mu.Unlock()
 			r.acks.add(r.out...)
 			clear(r.out) // drop the payloads
+			r.out = r.out[:0]
 			return handed
 		}
 		m := r.msgs[r.next]

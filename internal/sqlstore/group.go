@@ -25,7 +25,7 @@ type groupOp struct {
 	query string
 	args  []any
 	dest  []any           // WriteRow: the first row is scanned into dest; nil for Exec
-	fn    func(*Tx) error // WriteGroup: runs in a savepoint of its own
+	fn    func(*Tx) error // WriteGroup: runs inside the group's transaction
 	panic any             // what fn panicked with, re-panicked in its caller
 	res   sql.Result
 	err   error
@@ -276,11 +276,14 @@ func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error)
 			}
 		}
 		op := live[i]
-		var st *sql.Stmt
-		var err error
-		if op.fn == nil {
-			st, err = db.stmt(ctx, op.query)
+		if op.fn != nil {
+			// Any error of fn fails it, sql.ErrNoRows included.
+			if err := db.runOp(op, nil); err != nil {
+				return batch, live, i, db.fsErr(err)
+			}
+			continue
 		}
+		st, err := db.stmt(ctx, op.query)
 		if err == nil {
 			err = db.runOp(op, st)
 		}
@@ -304,32 +307,18 @@ func (db *DB) runTx(batch, live []*groupOp) ([]*groupOp, []*groupOp, int, error)
 
 // runOp runs op's statement once, setting op.res or scanning into op.dest.
 // sql.ErrNoRows (a WriteRow that changed nothing) is op's outcome, not a
-// failed statement. A WriteGroup's fn runs in a savepoint: when it fails
-// (or panics) it is rolled back to there and fails alone, and runOp
-// returns nil; when the savepoint is gone with the transaction, fn's
-// error is returned.
+// failed statement. A WriteGroup's fn that fails (or panics) is a failed
+// statement: the group is rolled back and run again without it, as for a
+// one-statement write. No savepoint per fn: one costs two statements and,
+// worse, a copy of every page the fn changes in SQLite's statement journal
+// (a temporary file once it outgrows 64 KiB, so a write syscall a page:
+// 10% of a Consume drain's CPU went there), paid by every fn that succeeds to
+// spare the rare one that fails a re-run of the group.
 func (db *DB) runOp(op *groupOp, st *sql.Stmt) error {
 	ctx := context.WithoutCancel(op.ctx)
 	op.res, op.err, op.panic = nil, nil, nil
 	if op.fn != nil {
-		if err := db.execStmt(ctx, "SAVEPOINT lc_group"); err != nil {
-			return err
-		}
-		ferr := db.callFn(op, &Tx{db: db, grouped: true})
-		if ferr == nil {
-			return db.execStmt(ctx, "RELEASE lc_group")
-		}
-		// When these fail, fn's failure ended the whole transaction (SQLite
-		// rolls back on some errors, such as a full disk): the group is
-		// run again without op, which fails with fn's own error.
-		if err := db.execStmt(ctx, "ROLLBACK TO lc_group"); err != nil {
-			return ferr
-		}
-		if err := db.execStmt(ctx, "RELEASE lc_group"); err != nil {
-			return ferr
-		}
-		op.err = db.fsErr(ferr)
-		return nil
+		return db.callFn(op, &Tx{db: db, grouped: true})
 	}
 	if op.dest != nil {
 		// Scan closes the row, which ends the statement.
@@ -426,10 +415,11 @@ func (db *DB) execStmt(ctx context.Context, query string) error {
 
 // WriteGroup is Write for a short fn that may run more than once: it
 // joins a group commit like Exec when other writers of the handle wait.
-// In a group fn runs in a savepoint of its own, so a fn that fails (or
-// panics) is rolled back alone and the others commit; fn runs again when
-// the group's transaction is run again without another writer's failed
-// statement, so it must only set its results, not add to them. Its
+// In a group a fn that fails (or panics) fails alone: the group's
+// transaction is rolled back and run again without it, and the others
+// commit. fn runs again whenever the group's transaction is run again
+// without another writer's failed statement or fn, so it must only set its
+// results, not add to them. Its
 // statements are not interrupted by ctx (an interrupt would end the whole
 // group's transaction); a ctx that ends before fn runs fails it.
 func (db *DB) WriteGroup(ctx context.Context, fn func(tx *Tx) error) error {

@@ -259,6 +259,17 @@ type WaitReceiver interface {
 	ReceiveWait(ctx context.Context, max int, lease, wait time.Duration) ([]Message, error)
 }
 
+// AckReceiver is implemented by an engine that can write acks and a claim
+// in one write (the SQLite engine: one transaction). Consume uses it, when
+// the engine has it, to write the acks of a batch its dispatcher ran with
+// the claim that follows: one write and no goroutine hand-off per batch.
+type AckReceiver interface {
+	// AckReceive is AckBatch of receipts (outcomes[i] for receipts[i])
+	// then Receive of up to max messages, in one commit. An error means
+	// nothing was acked and nothing claimed.
+	AckReceive(ctx context.Context, receipts []string, max int, lease time.Duration) (outcomes []AckOutcome, msgs []Message, err error)
+}
+
 // Stats are a queue's counts at one moment.
 type Stats struct {
 	Due      int64 // due now

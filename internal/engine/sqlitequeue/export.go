@@ -5,6 +5,16 @@ import "github.com/localcloud/localcloud/notify"
 // Hooks for localcloud's own tests (this package is internal, so apps never
 // see them).
 
+// The statements of a batch claim and an ack, for the query-plan test and
+// the floor benchmark (bindings/bench), which runs them raw: the select of
+// up to ?2 ids due at ?1 in delivery order, the spec's claim of one and the
+// spec's delete.
+const (
+	StmtDue   = stmtDue
+	StmtClaim = stmtClaim
+	StmtAck   = stmtAck
+)
+
 // HintWakes returns how many hints (and reconnections) the handle's shared
 // subscription has seen, making the subscription if needed.
 func (q *Queue) HintWakes() uint64 {

@@ -14,8 +14,9 @@ var (
 	FormatReceipt     = formatReceipt
 )
 
-// StmtDue is the receive select, for the query-plan test.
-const StmtDue = stmtDue
-
 // StmtClaimOne is the one-statement claim of Receive(1).
 const StmtClaimOne = stmtClaimOne
+
+// StmtClaimBatch is the one-statement claim of n messages, for the
+// query-plan test.
+var StmtClaimBatch = stmtClaimBatch

@@ -24,6 +24,7 @@ func TestFormatDocQuotesEveryStatement(t *testing.T) {
 		"stmtSend": stmtSend, "stmtSendAt": stmtSendAt, "stmtAny": stmtAny, "stmtDue": stmtDue,
 		"stmtClaimOne": stmtClaimOne, "stmtClaim": stmtClaim, "stmtAck": stmtAck, "stmtNack": stmtNack,
 		"stmtExists": stmtExists, "stmtPurge": stmtPurge, "stmtStats": stmtStats,
+		"stmtClaimBatch(2)": stmtClaimBatch(2),
 	} {
 		if !strings.Contains(string(doc), stmt) {
 			t.Errorf("docs/FORMAT.md does not quote %s:\n%s", name, stmt)

@@ -2,7 +2,6 @@ package sqlitequeue
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -98,44 +97,6 @@ func (q *Queue) NextDue(ctx context.Context, after time.Time) (next time.Time, o
 		return time.Time{}, false, nil
 	}
 	return time.UnixMilli(ms), true, nil
-}
-
-// AckBatch is Ack of several receipts in one transaction, with each
-// receipt's outcome: current (deleted), gone (no such message, or not a
-// receipt of the form "{id}:{uuid}") or stale (redelivered since: not
-// deleted). A stale receipt does not fail the others.
-func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOutcome, error) {
-	out := make([]driver.AckOutcome, len(receipts))
-	// Each run sets every outcome, so the acks may join a group commit.
-	err := q.db.WriteGroup(ctx, func(tx *sqlstore.Tx) error {
-		for i, r := range receipts {
-			out[i] = driver.AckGone
-			id, u, ok := parseReceipt(r)
-			if !ok {
-				continue
-			}
-			res, err := tx.Exec(ctx, stmtAck, id, u)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n == 1 {
-				out[i] = driver.AckCurrent
-				continue
-			}
-			if err := q.staleIfExists(ctx, tx, res, id); errors.Is(err, ErrStaleReceipt) {
-				out[i] = driver.AckStale
-			} else if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, opErr(err, "ack %d messages", len(receipts))
-	}
-	return out, nil
 }
 
 // delayMillis is d in whole milliseconds, rounded up so that a message is

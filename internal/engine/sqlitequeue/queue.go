@@ -309,20 +309,35 @@ func insertStmt(p Payload, now int64, delay time.Duration) (string, []any) {
 // returns (a move that fails is logged and finished later; the messages
 // claimed are returned all the same).
 func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Message, error) {
+	_, msgs, err := q.receive(ctx, nil, max, lease)
+	return msgs, err
+}
+
+// receive is Receive that first acks receipts in the same transaction
+// (AckReceive), returning their outcomes.
+func (q *Queue) receive(ctx context.Context, receipts []string, max int, lease time.Duration) ([]driver.AckOutcome, []Message, error) {
 	q.maybeRecover(ctx)
-	// A read first keeps empty polls off the write lock. After a claim that
-	// came back full more is likely due, so the read is skipped then.
-	if !q.lastFull.Load() {
-		if due, err := q.anyDue(ctx); err != nil || !due {
-			return nil, err
+	if len(receipts) == 0 {
+		// A read first keeps empty polls off the write lock. After a
+		// claim that came back full more is likely due, so the read is
+		// skipped then.
+		if !q.lastFull.Load() {
+			if due, err := q.anyDue(ctx); err != nil || !due {
+				return nil, nil, err
+			}
+		}
+		if max == 1 && !q.dead.set {
+			msgs, err := q.receiveOne(ctx, lease)
+			return nil, msgs, err
 		}
 	}
-	if max == 1 && !q.dead.set {
-		return q.receiveOne(ctx, lease)
-	}
+	out := make([]driver.AckOutcome, len(receipts))
 	var msgs []Message
 	var moves []move
 	claim := func(tx *sqlstore.Tx) error {
+		if err := q.ackIn(ctx, tx, receipts, out); err != nil {
+			return err
+		}
 		var err error
 		msgs, moves, err = q.claim(ctx, tx, q.now(), max, lease)
 		return err
@@ -332,11 +347,14 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 		// A claim that begins moves stays a transaction of its own.
 		err = q.db.Write(ctx, claim)
 	} else {
-		// The claim only sets msgs, so it may join a group commit.
+		// The claim only sets out and msgs, so it may join a group commit.
 		err = q.db.WriteGroup(ctx, claim)
 	}
+	if err != nil && len(receipts) > 0 {
+		return nil, nil, opErr(err, "ack %d messages and receive", len(receipts))
+	}
 	if err != nil {
-		return nil, opErr(err, "receive")
+		return nil, nil, opErr(err, "receive")
 	}
 	q.lastFull.Store(len(msgs) == max)
 	if len(moves) > 0 {
@@ -352,13 +370,15 @@ func (q *Queue) Receive(ctx context.Context, max int, lease time.Duration) ([]Me
 			q.hints.wakeLocal()
 		}
 	}
-	return msgs, nil
+	return out, msgs, nil
 }
 
 // claim is the claim transaction's body: the spec's select of due ids and
-// claim of each. With a dead-letter policy each due message is first looked
-// at: one that is spent starts its move instead, and the select runs again
-// for the places it left, so a claim still returns up to max messages.
+// the claim of them, all in one statement (claimBatch). With a dead-letter
+// policy each due message is first looked at and claimed alone (the spec's
+// claim): one that is spent starts its move instead, and the select runs
+// again for the places it left, so a claim still returns up to max
+// messages.
 func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max int, lease time.Duration) ([]Message, []move, error) {
 	msgs := make([]Message, 0, max)
 	var moves []move
@@ -369,6 +389,10 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 	// The claim's scan targets, once per claim rather than per message
 	// (Scan takes their addresses, so each is a heap allocation).
 	var typ, data, attempt any
+	// Without a dead-letter policy the due messages are claimed by one
+	// statement (claimBatch); with one, each is looked at, then claimed
+	// alone.
+	var batch []dueMessage
 	for {
 		want := max - len(msgs)
 		due, err := dueMessages(ctx, tx, now, want+len(skipped))
@@ -376,13 +400,18 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			return nil, nil, err
 		}
 		seen := 0
+		batch = batch[:0]
 		for _, m := range due {
 			if skipped[m.ID] {
 				continue
 			}
 			seen++
-			if len(msgs) == max {
+			if len(msgs)+len(batch) == max {
 				break
+			}
+			if !q.dead.set && m.odd == "" {
+				batch = append(batch, m)
+				continue
 			}
 			if q.dead.set {
 				mv, spent, err := q.deadLetterIfSpent(ctx, tx, now, m.ID)
@@ -413,6 +442,11 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			m.ReceiptHandle = receipt
 			m.Payload, m.Attempt = d.payload, d.attempt
 			msgs = append(msgs, m.Message)
+		}
+		if len(batch) > 0 {
+			if msgs, err = q.claimBatch(ctx, tx, leaseEnd, batch, msgs, skipped); err != nil {
+				return nil, nil, err
+			}
 		}
 		if seen < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
 			return msgs, moves, nil
