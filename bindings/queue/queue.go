@@ -283,11 +283,14 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 // send hands ps to the engine, with their dedup keys if o has any.
 func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op string) error {
 	if !o.keysSet {
-		err := opErr(q.drv.Send(ctx, ps, o.delay), "%s", op)
-		if err == nil && o.result != nil {
-			*o.result = SendResult{Duplicate: make([]bool, len(ps)), Added: len(ps)}
+		ids, err := q.drv.Send(ctx, ps, o.delay)
+		if err != nil {
+			return opErr(err, "%s", op)
 		}
-		return err
+		if o.result != nil {
+			*o.result = SendResult{Duplicate: make([]bool, len(ps)), Added: len(ps), IDs: sendIDs(ids, len(ps))}
+		}
+		return nil
 	}
 	if len(o.keys) != len(ps) {
 		return bindings.Errorf(bindings.CodeInvalidInput, "dedup keys: must be one per message, %d, got %d", len(ps), len(o.keys))
@@ -308,12 +311,12 @@ func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op
 	if !ok {
 		return bindings.Errorf(bindings.CodeInvalidInput, "dedup key: the engine of %s does not support dedup keys", q.Path())
 	}
-	dup, err := ds.SendDedup(ctx, ps, o.keys, o.delay)
+	ids, dup, err := ds.SendDedup(ctx, ps, o.keys, o.delay)
 	if err != nil {
 		return opErr(err, "%s", op)
 	}
 	if o.result != nil {
-		r := SendResult{Duplicate: make([]bool, len(ps))}
+		r := SendResult{Duplicate: make([]bool, len(ps)), IDs: sendIDs(ids, len(ps))}
 		for i := range ps {
 			r.Duplicate[i] = i < len(dup) && dup[i]
 			if !r.Duplicate[i] {
@@ -323,6 +326,17 @@ func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op
 		*o.result = r
 	}
 	return nil
+}
+
+// sendIDs is an engine's ids of a send of n messages, n of them: an
+// engine that returned fewer gave no id (0) for the rest.
+func sendIDs(ids []int64, n int) []int64 {
+	if len(ids) == n {
+		return ids
+	}
+	out := make([]int64, n)
+	copy(out, ids)
+	return out
 }
 
 // SendBatch enqueues 1..MaxSendBatch messages in one transaction: all of

@@ -67,7 +67,8 @@ func TestGoSDK(t *testing.T) {
 			if want := s.endpoint + "/000000000000/orders"; *q != want {
 				t.Fatalf("QueueUrl = %s, want %s", *q, want)
 			}
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("hello ünïcode")}); err != nil {
+			hello, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("hello ünïcode")})
+			if err != nil {
 				t.Fatal(err)
 			}
 			batch, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: q, Entries: []types.SendMessageBatchRequestEntry{
@@ -99,8 +100,16 @@ func TestGoSDK(t *testing.T) {
 				}
 				got = append(got, out.Messages...)
 			}
+			// Every receive shows the MessageId the send answered.
+			sentIDs := map[string]string{"hello ünïcode": *hello.MessageId}
+			for _, e := range batch.Successful {
+				sentIDs[map[string]string{"a": "one", "b": "two"}[*e.Id]] = *e.MessageId
+			}
 			bodies := map[string]types.Message{}
 			for _, m := range got {
+				if want, ok := sentIDs[*m.Body]; ok && *m.MessageId != want {
+					t.Errorf("%q received with MessageId %s; its send answered %s", *m.Body, *m.MessageId, want)
+				}
 				bodies[*m.Body] = m
 				if m.Attributes["ApproximateReceiveCount"] != "1" || m.Attributes["SentTimestamp"] == "" {
 					t.Errorf("attributes of %q = %v", *m.Body, m.Attributes)

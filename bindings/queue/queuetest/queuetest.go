@@ -149,6 +149,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Limits/ReceiveBatch", testReceiveBatch},
 		{"Limits/Visibility", testVisibilityLimits},
 		{"Order/SendReceive", testSendReceive},
+		{"Send/IDsAreReceiveIDs", testSendIDs},
 		{"Order/Empty", testEmpty},
 		{"Order/TwoOfFive", testTwoOfFive},
 		{"Order/TenInSendOrder", testTenInOrder},

@@ -27,9 +27,11 @@ def code_of(fn, **kw):
 
 q = c.get_queue_url(QueueName="orders")["QueueUrl"]
 assert q == endpoint + "/000000000000/orders", q
-c.send_message(QueueUrl=q, MessageBody="hello from boto3")
+sent = {"hello from boto3": c.send_message(QueueUrl=q, MessageBody="hello from boto3")["MessageId"]}
 r = c.send_message_batch(QueueUrl=q, Entries=[{"Id": "a", "MessageBody": "one"}, {"Id": "b", "MessageBody": "two"}])
 assert len(r["Successful"]) == 2 and not r.get("Failed"), r
+for e in r["Successful"]:
+    sent[{"a": "one", "b": "two"}[e["Id"]]] = e["MessageId"]
 
 got = {}
 while len(got) < 4:
@@ -40,6 +42,8 @@ while len(got) < 4:
         assert m["Attributes"]["ApproximateReceiveCount"] == "1", m
         got[m["Body"]] = m
 assert set(got) == {"hello from boto3", "one", "two", "from the CLI"}, got
+for body, mid in sent.items():  # every receive shows the send's MessageId
+    assert got[body]["MessageId"] == mid, (body, mid, got[body])
 
 one = got["one"]
 c.change_message_visibility(QueueUrl=q, ReceiptHandle=one["ReceiptHandle"], VisibilityTimeout=0)

@@ -263,8 +263,9 @@ func (q *Queue) notifySent(lastID int64) {
 }
 
 // Send enqueues ps (checked by the caller), due after delay: one message
-// with the spec's insert alone, several in one transaction (sendBatch).
-func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) error {
+// with the spec's insert alone, several in one transaction (sendBatch). It
+// returns the new messages' ids.
+func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) ([]int64, error) {
 	if len(ps) != 1 {
 		return q.sendBatch(ctx, ps, delay)
 	}
@@ -274,11 +275,16 @@ func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) err
 	stmt, args := insertStmt(p, now, delay)
 	res, err := q.db.Exec(ctx, stmt, args...)
 	if err != nil {
-		return opErr(err, "send")
+		return nil, opErr(err, "send")
 	}
-	id, _ := res.LastInsertId() // 0 on error: the hint then carries no id
+	id, err := res.LastInsertId()
+	if err != nil {
+		// The message is stored; only its id is not known.
+		q.notifySent(0)
+		return nil, opErr(err, "send: the message is stored but its id is unknown")
+	}
 	q.notifySent(id)
-	return nil
+	return []int64{id}, nil
 }
 
 // insert is the spec's send of p at now (unix ms), due after delay.
@@ -288,8 +294,7 @@ func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay ti
 	if err != nil {
 		return 0, err
 	}
-	id, _ = res.LastInsertId() // 0 on error: the hint then carries no id
-	return id, nil
+	return res.LastInsertId()
 }
 
 // insertStmt is the spec's send, with visible_at = enqueued_at + delay.

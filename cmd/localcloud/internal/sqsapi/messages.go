@@ -36,10 +36,21 @@ func md5Hex(s string) string {
 // messageIDSpace is the UUID namespace of received messages' ids.
 var messageIDSpace = uuid.MustParse("6b1c3f0e-6c8e-4a57-9a43-2f3c2f0a5e11")
 
-// receivedID is the MessageId of a received message: the same at every
-// receive of it.
+// receivedID is the MessageId of a message: the same at its send and at
+// every receive of it.
 func receivedID(q *queue.Queue, id int64) string {
 	return uuid.NewSHA1(messageIDSpace, []byte(q.Location()+"\x00"+strconv.FormatInt(id, 10))).String()
+}
+
+// sentID is the MessageId a send answers for a message the engine gave id
+// (queue.SendResult.IDs): receivedID. An engine that cannot know the id at
+// the send (0: the JetStream engine's delayed sends) gets a random one,
+// which its receives do not show.
+func sentID(q *queue.Queue, id int64) string {
+	if id == 0 {
+		return uuid.NewString()
+	}
+	return receivedID(q, id)
 }
 
 // validBody checks a message body: at most queue.MaxPayloadBytes bytes
@@ -110,10 +121,11 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	if err := t.q.Send(ctx, queue.Text(e.body), queue.WithDelay(time.Duration(e.delay)*time.Second)); err != nil {
+	var r queue.SendResult
+	if err := t.q.Send(ctx, queue.Text(e.body), queue.WithDelay(time.Duration(e.delay)*time.Second), queue.WithSendResult(&r)); err != nil {
 		return nil, queueFailed("SendMessage", err)
 	}
-	return obj{{"MD5OfMessageBody", md5Hex(e.body)}, {"MessageId", uuid.NewString()}}, nil
+	return obj{{"MD5OfMessageBody", md5Hex(e.body)}, {"MessageId", sentID(t.q, r.IDs[0])}}, nil
 }
 
 // checkBatch checks the entries of a batch request: 1..10, distinct ids of
@@ -190,13 +202,14 @@ func (s *Server) sendMessageBatch(ctx context.Context, c *call) (obj, *apiError)
 		for i, e := range group {
 			ps[i] = queue.Text(e.body)
 		}
-		err := t.q.SendBatch(ctx, ps, queue.WithDelay(time.Duration(d)*time.Second))
-		for _, e := range group {
+		var r queue.SendResult
+		err := t.q.SendBatch(ctx, ps, queue.WithDelay(time.Duration(d)*time.Second), queue.WithSendResult(&r))
+		for i, e := range group {
 			if err != nil {
 				failed = append(failed, failedEntry(e.id, queueFailed("SendMessageBatch", err)))
 				continue
 			}
-			ok = append(ok, obj{{"Id", e.id}, {"MessageId", uuid.NewString()}, {"MD5OfMessageBody", md5Hex(e.body)}})
+			ok = append(ok, obj{{"Id", e.id}, {"MessageId", sentID(t.q, r.IDs[i])}, {"MD5OfMessageBody", md5Hex(e.body)}})
 		}
 	}
 	return batchResult("SendMessageBatch", ok, failed), nil
