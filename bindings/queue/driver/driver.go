@@ -152,10 +152,17 @@ const (
 )
 
 // Payload is a message body: Type "text" (Data raw) or "json" (Data
-// serialized JSON).
+// serialized JSON), and the message's attributes.
 type Payload struct {
 	Type string
 	Data string
+	// Attrs are the message's attributes (queue.WithAttributes) in their
+	// stored form, the JSON of queue.Attributes, checked by package queue;
+	// nil for none. An engine keeps them with the message (through dead
+	// letters and redrives too) and returns them with every delivery and
+	// peek of it; an engine that cannot keeps none and refuses a send that
+	// has them.
+	Attrs []byte
 }
 
 // Message is one delivery.

@@ -150,6 +150,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Limits/Visibility", testVisibilityLimits},
 		{"Order/SendReceive", testSendReceive},
 		{"Send/IDsAreReceiveIDs", testSendIDs},
+		{"Attributes/EveryDeliveryAndPeek", testAttributes},
+		{"Attributes/DeadLetterAndRedrive", testAttributesDeadLetter},
 		{"Order/Empty", testEmpty},
 		{"Order/TwoOfFive", testTwoOfFive},
 		{"Order/TenInSendOrder", testTenInOrder},

@@ -18,7 +18,7 @@ func (q *Queue) sendBatch(ctx context.Context, ps []Payload, delay time.Duration
 	// Each run sets ids anew, so the batch may join a group commit.
 	err := q.db.WriteGroup(ctx, func(tx *sqlstore.Tx) error {
 		for i, p := range ps {
-			id, err := insert(ctx, tx, p, now, delay)
+			id, err := q.insert(ctx, tx, p, now, delay)
 			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}

@@ -80,14 +80,23 @@ func (q *Queue) NackFailed(ctx context.Context, receipt string, delay time.Durat
 	return q.receiptErr(err, "nack", receipt)
 }
 
-// lastErrors reads the recorded last errors of moves (for their arrival).
+// lastErrors reads the recorded last errors of moves, and the attributes
+// of every move (for their arrival).
 func (q *Queue) lastErrors(ctx context.Context, moves []move) error {
 	for i := range moves {
-		if !moves[i].present || moves[i].kind != kindDeadLetter {
+		if !moves[i].present {
+			continue
+		}
+		a, err := readAttrs(ctx, q.db.R, moves[i].id)
+		if err != nil {
+			return err
+		}
+		moves[i].attrs = a
+		if moves[i].kind != kindDeadLetter {
 			continue
 		}
 		var s string
-		err := q.db.R.QueryRowContext(ctx, stmtGetError, moves[i].id).Scan(&s)
+		err = q.db.R.QueryRowContext(ctx, stmtGetError, moves[i].id).Scan(&s)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
@@ -128,7 +137,7 @@ func (q *Queue) SendDedup(ctx context.Context, ps []Payload, keys []string, dela
 					continue
 				}
 			}
-			id, err := insert(ctx, tx, p, now, delay)
+			id, err := q.insert(ctx, tx, p, now, delay)
 			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
