@@ -140,4 +140,3 @@ func testAttributesDeadLetter(t *testing.T, h Harness) {
 		t.Fatalf("binary attribute %v", back.Attributes["blob"].Binary)
 	}
 }
-

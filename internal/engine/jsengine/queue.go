@@ -19,7 +19,28 @@ import (
 const (
 	hdrType     = "Lc-Type"        // "text" or "json"
 	hdrEnqueued = "Lc-Enqueued-Ms" // send time, Unix milliseconds
+	// hdrAttrs holds the message's attributes (queue.WithAttributes), the
+	// JSON of queue.Attributes; absent when it has none.
+	hdrAttrs = "Lc-Attributes"
 )
+
+// payloadOf is the payload of a stored message: its data, its type and
+// attributes from its headers.
+func payloadOf(h nats.Header, data []byte) driver.Payload {
+	p := driver.Payload{Type: h.Get(hdrType), Data: string(data)}
+	if a := h.Get(hdrAttrs); a != "" {
+		p.Attrs = []byte(a)
+	}
+	return p
+}
+
+// copyAttrs carries the attributes header of from, if any, to to (a dead
+// letter, a redrive).
+func copyAttrs(to, from nats.Header) {
+	if a := from.Get(hdrAttrs); a != "" {
+		to.Set(hdrAttrs, a)
+	}
+}
 
 // Queue is an open queue of the JetStream engine (QueueEngine.Open returns
 // it as a driver.Queue): a handle, as *sqlitequeue.Queue is the SQLite
@@ -106,6 +127,9 @@ func (q *Queue) message(p driver.Payload, subject string, enqueuedMs int64) *nat
 	m.Data = []byte(p.Data)
 	m.Header.Set(hdrType, p.Type)
 	m.Header.Set(hdrEnqueued, strconv.FormatInt(enqueuedMs, 10))
+	if len(p.Attrs) > 0 {
+		m.Header.Set(hdrAttrs, string(p.Attrs))
+	}
 	return m
 }
 
