@@ -11,8 +11,15 @@ import (
 
 // Limits of message attributes (WithAttributes), those of SQS.
 const (
-	// MaxAttributes is the most attributes one message carries.
+	// MaxAttributes is the most attributes one message carries, not
+	// counting system attributes (SystemAttributePrefix), of which it may
+	// carry MaxAttributes more.
 	MaxAttributes = 10
+	// SystemAttributePrefix begins the names of system attributes: those
+	// SQS keeps apart from message attributes (AWSTraceHeader, kept as
+	// "AWS.AWSTraceHeader" by localcloud's SQS API, which refuses message
+	// attribute names with this prefix as SQS does).
+	SystemAttributePrefix = "AWS."
 	// MaxAttributeNameBytes bounds an attribute's name, and its type.
 	MaxAttributeNameBytes = 256
 )
@@ -93,12 +100,17 @@ func encodeAttrs(as []Attributes, data []string) ([][]byte, error) {
 // checkAttrs checks a message's attributes and returns their size: the
 // bytes of every name, type and value.
 func checkAttrs(field string, a Attributes) (int, error) {
-	if len(a) > MaxAttributes {
-		return 0, bindings.Errorf(bindings.CodeInvalidInput, "%s: at most %d per message, got %d", field, MaxAttributes, len(a))
-	}
 	names := make([]string, 0, len(a))
+	system := 0
 	for n := range a {
 		names = append(names, n)
+		if strings.HasPrefix(n, SystemAttributePrefix) {
+			system++
+		}
+	}
+	if len(a)-system > MaxAttributes || system > MaxAttributes {
+		return 0, bindings.Errorf(bindings.CodeInvalidInput, "%s: at most %d per message (and %d system attributes), got %d (and %d)",
+			field, MaxAttributes, MaxAttributes, len(a)-system, system)
 	}
 	sort.Strings(names)
 	size := 0
