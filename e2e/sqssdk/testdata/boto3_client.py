@@ -68,6 +68,27 @@ a = c.get_queue_attributes(QueueUrl=q, AttributeNames=["All"])["Attributes"]
 assert a["ApproximateNumberOfMessages"] == "0" and a["MaximumMessageSize"] == "65536", a
 assert '"maxReceiveCount":2' in a["RedrivePolicy"], a
 
+# Message attributes: the digest SQS computes (aws-md5-of-message-attributes'
+# example), on the send and on the receive; botocore checks neither itself.
+attrs = {"attribName1": {"DataType": "String", "StringValue": "attribValue 1"},
+         "bin": {"DataType": "Binary.x", "BinaryValue": b"\x00\x01\xff"}}
+sa = c.send_message(QueueUrl=q, MessageBody="with attributes", MessageAttributes={"attribName1": attrs["attribName1"]},
+                    MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-a"}})
+assert sa["MD5OfMessageAttributes"] == "19e27d4e946b072f3f58da80d94fd778", sa
+assert "MD5OfMessageSystemAttributes" in sa, sa
+ra = c.receive_message(QueueUrl=q, WaitTimeSeconds=5, MessageAttributeNames=["All"], AttributeNames=["AWSTraceHeader"])["Messages"][0]
+assert ra["MessageId"] == sa["MessageId"], ra
+assert ra["MD5OfMessageAttributes"] == "19e27d4e946b072f3f58da80d94fd778", ra
+assert ra["MessageAttributes"] == {"attribName1": attrs["attribName1"]}, ra
+assert ra["Attributes"] == {"AWSTraceHeader": "Root=1-a"}, ra
+c.delete_message(QueueUrl=q, ReceiptHandle=ra["ReceiptHandle"])
+sb = c.send_message_batch(QueueUrl=q, Entries=[{"Id": "x", "MessageBody": "binary attributes", "MessageAttributes": {"bin": attrs["bin"]}}])
+ok = sb["Successful"][0]
+rb = c.receive_message(QueueUrl=q, WaitTimeSeconds=5, MessageAttributeNames=["b.*", "bin"])["Messages"][0]
+assert rb["MessageAttributes"] == {"bin": attrs["bin"]}, rb
+assert rb["MD5OfMessageAttributes"] == ok["MD5OfMessageAttributes"], (rb, ok)
+c.delete_message(QueueUrl=q, ReceiptHandle=rb["ReceiptHandle"])
+
 # Dead letters after maxReceiveCount.
 c.send_message(QueueUrl=q, MessageBody="poison")
 for _ in range(2):
