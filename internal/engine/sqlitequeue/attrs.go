@@ -15,7 +15,7 @@ import (
 // gone (acked by another program) can never be read as the attributes of
 // a later message. localcloud deletes the row with its message (ack,
 // purge, move out) once the handle knows the store has attributes, and
-// sends with attributes prune a few rows whose message is gone.
+// sends with attributes delete the rows below the oldest message's id.
 const AttributesDDL = `CREATE TABLE IF NOT EXISTS lc_attributes (
 message_id INTEGER PRIMARY KEY, -- messages.id
 attributes TEXT NOT NULL -- the JSON of queue.Attributes: {"name":{"type":"String","string":"v"},"b":{"type":"Binary","binary":"<base64>"}}
@@ -31,9 +31,11 @@ const (
 	stmtClearAttrs  = `DELETE FROM lc_attributes`
 	stmtAnyAttrs    = `SELECT EXISTS (SELECT 1 FROM lc_attributes)`
 	stmtHasAttrs    = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_attributes'`
-	// A few rows whose message is gone, per send with attributes.
-	stmtPruneAttrs = `DELETE FROM lc_attributes WHERE message_id IN (SELECT a.message_id FROM lc_attributes a
-WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = a.message_id) LIMIT 16)`
+	// The rows below the oldest message's id, per send with attributes
+	// (in its transaction, after its insert: messages is not empty): their
+	// messages are gone, and a range of the primary key finds only them,
+	// however many live rows the table holds.
+	stmtPruneAttrs = `DELETE FROM lc_attributes WHERE message_id < (SELECT MIN(id) FROM messages)`
 	// claimAttrs is the attributes column of a claim's RETURNING.
 	claimAttrs = `(SELECT a.attributes FROM lc_attributes a WHERE a.message_id = messages.id)`
 )
