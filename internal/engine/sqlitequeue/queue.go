@@ -455,9 +455,8 @@ func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message,
 	var m Message
 	var r storedRow
 	r.hasAttempt = true
-	var attrs sql.NullString
 	err := q.db.WriteRow(ctx, stmtClaimOne, []any{now.Add(lease).UnixMilli(), u, now.UnixMilli()},
-		&m.ID, &r.enq, &r.typ, &r.data, &r.attempt, &attrs)
+		&m.ID, &r.enq, &r.typ, &r.data, &r.attempt, &r.attrs)
 	if errors.Is(err, sql.ErrNoRows) {
 		q.lastFull.Store(false)
 		return q.receiveOdd(ctx, now, lease)
@@ -470,7 +469,7 @@ func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message,
 	m.EnqueuedAt = time.UnixMilli(d.enqueuedAt)
 	m.ReceiptHandle = formatReceipt(m.ID, u)
 	m.Payload, m.Attempt = d.payload, d.attempt
-	m.Payload.Attrs = q.attrsOf(attrs)
+	m.Payload.Attrs = q.attrsOf(r.attrs)
 	return []Message{m}, nil
 }
 
