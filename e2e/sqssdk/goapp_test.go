@@ -42,10 +42,14 @@ func TestGoAppAndSDKShareMessages(t *testing.T) {
 			}
 			// The explorer shows it, unclaimed.
 			var page struct {
-				Messages []struct{ Payload, State string }
+				Messages []struct {
+					Payload, State string
+					Attributes     queue.Attributes
+				}
 			}
 			explorerGet(t, s.explorer+"/api/queues/orders/messages", &page)
-			if len(page.Messages) != 1 || page.Messages[0].Payload != "from the SDK" || page.Messages[0].State != "due" {
+			if len(page.Messages) != 1 || page.Messages[0].Payload != "from the SDK" || page.Messages[0].State != "due" ||
+				page.Messages[0].Attributes["kind"].String != "order" {
 				t.Fatalf("the explorer shows %+v", page)
 			}
 			ms, err := app.ReceiveWait(ctx, 10, 5*time.Second)
