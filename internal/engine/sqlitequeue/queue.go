@@ -380,10 +380,13 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 	// queue): they stay due, so each select asks for that many more.
 	skipped := map[int64]bool{}
 	leaseEnd := now.Add(lease).UnixMilli()
-	// The claim's scan targets, once per claim rather than per message
-	// (Scan takes their addresses, so each is a heap allocation).
-	var typ, data, attempt any
-	var attrs sql.NullString
+	// The claim's scan targets, once per claim rather than per message,
+	// in one struct (Scan takes their addresses, so it is one heap
+	// allocation, not one per target).
+	var sc struct {
+		typ, data, attempt any
+		attrs              sql.NullString
+	}
 	for {
 		want := max - len(msgs)
 		due, err := dueMessages(ctx, tx, now, want+len(skipped))
@@ -414,8 +417,8 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 				continue
 			}
 			receipt, u := newReceipt(m.ID)
-			typ, data, attempt, attrs = nil, nil, nil, sql.NullString{}
-			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &attempt, &attrs)
+			sc.typ, sc.data, sc.attempt, sc.attrs = nil, nil, nil, sql.NullString{}
+			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&sc.typ, &sc.data, &sc.attempt, &sc.attrs)
 			if errors.Is(err, sql.ErrNoRows) { // a NULL payload or attempt: left in place
 				q.skipUndeliverable(m.ID, "payload_type, payload_data or attempt is NULL")
 				skipped[m.ID] = true
@@ -424,10 +427,10 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			if err != nil {
 				return nil, nil, err
 			}
-			d := decodeRow(storedRow{id: m.ID, typ: typ, data: data, enq: int64(0), attempt: attempt, hasAttempt: true})
+			d := decodeRow(storedRow{id: m.ID, typ: sc.typ, data: sc.data, enq: int64(0), attempt: sc.attempt, hasAttempt: true})
 			m.ReceiptHandle = receipt
 			m.Payload, m.Attempt = d.payload, d.attempt
-			m.Payload.Attrs = q.attrsOf(attrs)
+			m.Payload.Attrs = q.attrsOf(sc.attrs)
 			msgs = append(msgs, m.Message)
 		}
 		if seen < want || len(msgs) == max || len(moves) >= maxMovesPerClaim {
