@@ -34,6 +34,7 @@ type queued struct {
 	lastError            string
 	originStore          string
 	originID, originAtts int64
+	attrs                string // lc_attributes' JSON, "" for none
 }
 
 // readQueue reads every message of the queue store in dir straight from
@@ -48,7 +49,8 @@ func readQueue(t *testing.T, dir string) map[string]queued {
 	defer db.Close()
 	rows, err := db.Query(`SELECT m.payload_data, m.attempt, m.visible_at > ?1 AND m.attempt = 0,
 COALESCE((SELECT e.error FROM lc_errors e WHERE e.message_id = m.id), ''),
-COALESCE(a.origin_store, ''), COALESCE(a.origin_id, 0), COALESCE(a.attempts, 0)
+COALESCE(a.origin_store, ''), COALESCE(a.origin_id, 0), COALESCE(a.attempts, 0),
+COALESCE((SELECT x.attributes FROM lc_attributes x WHERE x.message_id = m.id), '')
 FROM messages m LEFT JOIN lc_arrivals a ON a.message_id = m.id AND a.kind = 'dead-letter'`, time.Now().UnixMilli())
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,7 @@ FROM messages m LEFT JOIN lc_arrivals a ON a.message_id = m.id AND a.kind = 'dea
 	for rows.Next() {
 		var p string
 		var q queued
-		if err := rows.Scan(&p, &q.attempts, &q.delayed, &q.lastError, &q.originStore, &q.originID, &q.originAtts); err != nil {
+		if err := rows.Scan(&p, &q.attempts, &q.delayed, &q.lastError, &q.originStore, &q.originID, &q.originAtts, &q.attrs); err != nil {
 			t.Fatal(err)
 		}
 		if _, dup := out[p]; dup {
@@ -123,11 +125,17 @@ func fillMigrateStores(t *testing.T, s stack) {
 		for i := 0; i < n; i += queue.MaxSendBatch {
 			var ps []queue.Payload
 			var keys []string
+			var attrs []queue.Attributes // on every other message
 			for j := i; j < min(n, i+queue.MaxSendBatch); j++ {
 				ps = append(ps, queue.Text(prefix+strconv.Itoa(j)))
 				keys = append(keys, "key-"+strconv.Itoa(j))
+				var a queue.Attributes
+				if j%2 == 0 {
+					a = queue.Attributes{"n": {Type: "Number", String: strconv.Itoa(j)}, "b": {Type: "Binary.x", Binary: []byte(prefix)}}
+				}
+				attrs = append(attrs, a)
 			}
-			o := opts
+			o := append(opts, queue.WithAttributes(attrs...))
 			if prefix == "keyed-" {
 				o = append(o, queue.WithDedupKeys(keys...))
 			}
@@ -263,6 +271,15 @@ func TestMigrateKilledAndRerun(t *testing.T) {
 	wantOrders, wantDLQ, wantKV := readQueue(t, ordersDir), readQueue(t, dlqDir), readKV(t, cartsDir)
 	if len(wantOrders) != 10000 || len(wantDLQ) != 300 || len(wantKV) != 10000 {
 		t.Fatalf("filled %d messages, %d dead letters, %d keys", len(wantOrders), len(wantDLQ), len(wantKV))
+	}
+	withAttrs := 0
+	for _, m := range wantDLQ {
+		if m.attrs != "" {
+			withAttrs++
+		}
+	}
+	if withAttrs != 150 {
+		t.Fatalf("%d dead letters carry attributes, want 150 (every other one)", withAttrs)
 	}
 
 	for _, name := range []string{"orders", "dlq", "carts"} {

@@ -213,7 +213,7 @@ func (c *consumer) claim(k int) ([]Message, error) {
 	msgs := c.claimed[:0]
 	for _, m := range dms {
 		msgs = append(msgs, Message{ID: m.ID, ReceiptHandle: m.ReceiptHandle, Attempt: m.Attempt,
-			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt})
+			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt, Attributes: attrsOf(m.Payload.Attrs)})
 	}
 	c.claimed = msgs
 	return msgs, nil

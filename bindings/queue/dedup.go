@@ -25,6 +25,11 @@ type SendResult struct {
 	Duplicate []bool
 	// Added counts the messages stored.
 	Added int
+	// IDs[i] is message i's id as every Receive, Consume and Peek of it
+	// shows it (Message.ID), or 0: for a duplicate, and where the engine
+	// cannot know it at the send (the JetStream engine's delayed sends,
+	// which the server stores when they are due).
+	IDs []int64
 }
 
 // dedupOption is WithDedupKey and WithDedupKeys.
@@ -56,9 +61,9 @@ type resultOption struct{ r *SendResult }
 
 func (o resultOption) applySend(s *sendOptions) { s.result = o.r }
 
-// WithSendResult fills *r when the Send or SendBatch succeeds: which
-// messages were duplicates of a dedup key (WithDedupKey) and how many were
-// added. A duplicate is a success, not an error, so that a retrying sender
+// WithSendResult fills *r when the Send or SendBatch succeeds: the new
+// messages' ids, which messages were duplicates of a dedup key
+// (WithDedupKey) and how many were added. A duplicate is a success, not an error, so that a retrying sender
 // needs no special case; callers that care ask with this option.
 func WithSendResult(r *SendResult) SendOption { return resultOption{r: r} }
 

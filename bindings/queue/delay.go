@@ -23,6 +23,8 @@ type sendOptions struct {
 	keysBatch bool     // keys came from WithDedupKeys
 	keysSet   bool
 	result    *SendResult
+	attrs     []Attributes // WithAttributes
+	attrsSet  bool
 }
 
 type nackOptions struct{ delay time.Duration }

@@ -72,6 +72,9 @@ type Message struct {
 	Attempt       int    // 1 on the first delivery
 	Payload       Payload
 	EnqueuedAt    time.Time
+	// Attributes are the message's attributes (WithAttributes); nil if
+	// it has none.
+	Attributes Attributes
 }
 
 // Queue is a handle on one queue. It is safe for concurrent use.
@@ -280,14 +283,31 @@ func (q *Queue) Send(ctx context.Context, p Payload, opts ...SendOption) error {
 	return q.send(ctx, []driver.Payload{p.driver()}, o, "send")
 }
 
-// send hands ps to the engine, with their dedup keys if o has any.
+// send hands ps to the engine, with their attributes and dedup keys if o
+// has any.
 func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op string) error {
-	if !o.keysSet {
-		err := opErr(q.drv.Send(ctx, ps, o.delay), "%s", op)
-		if err == nil && o.result != nil {
-			*o.result = SendResult{Duplicate: make([]bool, len(ps)), Added: len(ps)}
+	if o.attrsSet {
+		data := make([]string, len(ps))
+		for i, p := range ps {
+			data[i] = p.Data
 		}
-		return err
+		enc, err := encodeAttrs(o.attrs, data)
+		if err != nil {
+			return err
+		}
+		for i := range ps {
+			ps[i].Attrs = enc[i]
+		}
+	}
+	if !o.keysSet {
+		ids, err := q.drv.Send(ctx, ps, o.delay)
+		if err != nil {
+			return opErr(err, "%s", op)
+		}
+		if o.result != nil {
+			*o.result = SendResult{Duplicate: make([]bool, len(ps)), Added: len(ps), IDs: sendIDs(ids, len(ps))}
+		}
+		return nil
 	}
 	if len(o.keys) != len(ps) {
 		return bindings.Errorf(bindings.CodeInvalidInput, "dedup keys: must be one per message, %d, got %d", len(ps), len(o.keys))
@@ -308,12 +328,12 @@ func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op
 	if !ok {
 		return bindings.Errorf(bindings.CodeInvalidInput, "dedup key: the engine of %s does not support dedup keys", q.Path())
 	}
-	dup, err := ds.SendDedup(ctx, ps, o.keys, o.delay)
+	ids, dup, err := ds.SendDedup(ctx, ps, o.keys, o.delay)
 	if err != nil {
 		return opErr(err, "%s", op)
 	}
 	if o.result != nil {
-		r := SendResult{Duplicate: make([]bool, len(ps))}
+		r := SendResult{Duplicate: make([]bool, len(ps)), IDs: sendIDs(ids, len(ps))}
 		for i := range ps {
 			r.Duplicate[i] = i < len(dup) && dup[i]
 			if !r.Duplicate[i] {
@@ -323,6 +343,17 @@ func (q *Queue) send(ctx context.Context, ps []driver.Payload, o sendOptions, op
 		*o.result = r
 	}
 	return nil
+}
+
+// sendIDs is an engine's ids of a send of n messages, n of them: an
+// engine that returned fewer gave no id (0) for the rest.
+func sendIDs(ids []int64, n int) []int64 {
+	if len(ids) == n {
+		return ids
+	}
+	out := make([]int64, n)
+	copy(out, ids)
+	return out
 }
 
 // SendBatch enqueues 1..MaxSendBatch messages in one transaction: all of
@@ -387,7 +418,7 @@ func messagesOf(dms []driver.Message) []Message {
 	msgs := make([]Message, len(dms))
 	for i, m := range dms {
 		msgs[i] = Message{ID: m.ID, ReceiptHandle: m.ReceiptHandle, Attempt: m.Attempt,
-			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt}
+			Payload: payloadOf(m.Payload), EnqueuedAt: m.EnqueuedAt, Attributes: attrsOf(m.Payload.Attrs)}
 	}
 	return msgs
 }
@@ -492,6 +523,9 @@ type PeekedMessage struct {
 	// delayed (Attempt 0).
 	VisibleAt time.Time
 	Payload   Payload
+	// Attributes are the message's attributes (WithAttributes); nil if
+	// it has none.
+	Attributes Attributes
 	// Delivered reports that the message has a receipt (was received at
 	// least once).
 	Delivered bool
@@ -525,7 +559,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 	var out []PeekedMessage
 	for _, m := range dms {
 		out = append(out, PeekedMessage{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt, VisibleAt: m.VisibleAt,
-			Payload: payloadOf(m.Payload), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, LastError: m.LastError, Odd: m.Odd})
+			Payload: payloadOf(m.Payload), Attributes: attrsOf(m.Payload.Attrs), Delivered: m.Delivered, Origin: m.Origin, Moving: m.Moving, LastError: m.LastError, Odd: m.Odd})
 	}
 	return out, nil
 }

@@ -114,6 +114,9 @@ type (
 		// LastError is the error of the message's last failed delivery in
 		// Consume, carried into its dead-letter queue; null if none.
 		LastError *string `json:"lastError"`
+		// Attributes are the message's attributes (queue.WithAttributes,
+		// SQS message and system attributes); absent if none.
+		Attributes queue.Attributes `json:"attributes,omitempty"`
 	}
 	queueOriginOut struct {
 		Binding     string `json:"binding"`

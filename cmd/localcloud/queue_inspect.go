@@ -47,7 +47,7 @@ func (c *queueCommand) peek(ctx context.Context, args []string) error {
 		for _, m := range msgs {
 			po := queuePeekOut{ID: m.ID, Attempt: m.Attempt, Type: string(m.Payload.Type), Payload: m.Payload.Data,
 				Bytes: len(m.Payload.Data), PayloadBase64: base64IfBinary(m.Payload.Data), EnqueuedAt: fmtTime(m.EnqueuedAt),
-				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd}
+				VisibleAt: fmtTime(m.VisibleAt), State: peekState(m, now), Odd: m.Odd, Attributes: m.Attributes}
 			if leaseUnknown(tools, m) {
 				po.VisibleAt, po.State = "", stateInFlight
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/localcloud/localcloud/bindings/queue"
 )
@@ -35,29 +36,35 @@ func TestGoAppAndSDKShareMessages(t *testing.T) {
 			defer app.Close()
 			c := s.client()
 			q := aws.String(s.endpoint + "/000000000000/orders")
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("from the SDK")}); err != nil {
+			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("from the SDK"),
+				MessageAttributes: map[string]types.MessageAttributeValue{"kind": {DataType: aws.String("String"), StringValue: aws.String("order")}}}); err != nil {
 				t.Fatal(err)
 			}
 			// The explorer shows it, unclaimed.
 			var page struct {
-				Messages []struct{ Payload, State string }
+				Messages []struct {
+					Payload, State string
+					Attributes     queue.Attributes
+				}
 			}
 			explorerGet(t, s.explorer+"/api/queues/orders/messages", &page)
-			if len(page.Messages) != 1 || page.Messages[0].Payload != "from the SDK" || page.Messages[0].State != "due" {
+			if len(page.Messages) != 1 || page.Messages[0].Payload != "from the SDK" || page.Messages[0].State != "due" ||
+				page.Messages[0].Attributes["kind"].String != "order" {
 				t.Fatalf("the explorer shows %+v", page)
 			}
 			ms, err := app.ReceiveWait(ctx, 10, 5*time.Second)
-			if err != nil || len(ms) != 1 || ms[0].Payload.Data != "from the SDK" || ms[0].Payload.Type != queue.TypeText {
+			if err != nil || len(ms) != 1 || ms[0].Payload.Data != "from the SDK" || ms[0].Payload.Type != queue.TypeText ||
+				ms[0].Attributes["kind"].Type != "String" || ms[0].Attributes["kind"].String != "order" {
 				t.Fatalf("the Go app received %+v, %v", ms, err)
 			}
 			if err := app.Ack(ctx, ms[0].ReceiptHandle); err != nil {
 				t.Fatal(err)
 			}
-			if err := app.Send(ctx, queue.Text("from the Go app")); err != nil {
+			if err := app.Send(ctx, queue.Text("from the Go app"), queue.WithAttributes(queue.Attributes{"n": {Type: "Number", String: "7"}})); err != nil {
 				t.Fatal(err)
 			}
-			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5})
-			if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "from the Go app" {
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5, MessageAttributeNames: []string{"All"}})
+			if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "from the Go app" || *out.Messages[0].MessageAttributes["n"].StringValue != "7" {
 				t.Fatalf("the SDK received %+v, %v", out, err)
 			}
 			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {

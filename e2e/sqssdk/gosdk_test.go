@@ -67,7 +67,8 @@ func TestGoSDK(t *testing.T) {
 			if want := s.endpoint + "/000000000000/orders"; *q != want {
 				t.Fatalf("QueueUrl = %s, want %s", *q, want)
 			}
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("hello ünïcode")}); err != nil {
+			hello, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("hello ünïcode")})
+			if err != nil {
 				t.Fatal(err)
 			}
 			batch, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: q, Entries: []types.SendMessageBatchRequestEntry{
@@ -99,8 +100,16 @@ func TestGoSDK(t *testing.T) {
 				}
 				got = append(got, out.Messages...)
 			}
+			// Every receive shows the MessageId the send answered.
+			sentIDs := map[string]string{"hello ünïcode": *hello.MessageId}
+			for _, e := range batch.Successful {
+				sentIDs[map[string]string{"a": "one", "b": "two"}[*e.Id]] = *e.MessageId
+			}
 			bodies := map[string]types.Message{}
 			for _, m := range got {
+				if want, ok := sentIDs[*m.Body]; ok && *m.MessageId != want {
+					t.Errorf("%q received with MessageId %s; its send answered %s", *m.Body, *m.MessageId, want)
+				}
 				bodies[*m.Body] = m
 				if m.Attributes["ApproximateReceiveCount"] != "1" || m.Attributes["SentTimestamp"] == "" {
 					t.Errorf("attributes of %q = %v", *m.Body, m.Attributes)
@@ -153,15 +162,42 @@ func TestGoSDK(t *testing.T) {
 				t.Fatalf("attributes = %v", attrs.Attributes)
 			}
 
-			// Dead letters after maxReceiveCount, then a redrive back.
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("poison")}); err != nil {
-				t.Fatal(err)
+			// Dead letters after maxReceiveCount, then a redrive back; the
+			// message keeps its attributes throughout (the SDK checks their
+			// MD5 on every send and receive).
+			poisonAttrs := map[string]types.MessageAttributeValue{
+				"tenant": {DataType: aws.String("String"), StringValue: aws.String("acme ünï")},
+				"weight": {DataType: aws.String("Number.float"), StringValue: aws.String("-12.5e3")},
+				"thumb":  {DataType: aws.String("Binary.png"), BinaryValue: []byte{0x89, 'P', 'N', 'G', 0}},
+			}
+			trace := "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+			sent, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q, MessageBody: aws.String("poison"), MessageAttributes: poisonAttrs,
+				MessageSystemAttributes: map[string]types.MessageSystemAttributeValue{"AWSTraceHeader": {DataType: aws.String("String"), StringValue: aws.String(trace)}}})
+			if err != nil || sent.MD5OfMessageAttributes == nil || sent.MD5OfMessageSystemAttributes == nil {
+				t.Fatalf("SendMessage with attributes = %+v, %v", sent, err)
+			}
+			wantAttrs := func(how string, m types.Message) {
+				t.Helper()
+				if len(m.MessageAttributes) != 3 || *m.MessageAttributes["tenant"].StringValue != "acme ünï" ||
+					*m.MessageAttributes["weight"].DataType != "Number.float" || string(m.MessageAttributes["thumb"].BinaryValue) != "\x89PNG\x00" ||
+					m.Attributes["AWSTraceHeader"] != trace || *m.MD5OfMessageAttributes != *sent.MD5OfMessageAttributes {
+					t.Fatalf("%s: attributes %v, system %v", how, m.MessageAttributes, m.Attributes)
+				}
+			}
+			if peek := s.lc(t, "queue", "peek", "orders", "--json"); !strings.Contains(peek, `"tenant":`) || !strings.Contains(peek, `"AWS.AWSTraceHeader":`) {
+				t.Fatalf("queue peek --json lacks the attributes:\n%s", peek)
+			}
+			withAttrs := func(in *sqs.ReceiveMessageInput) *sqs.ReceiveMessageInput {
+				in.MessageAttributeNames = []string{"All"}
+				in.MessageSystemAttributeNames = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAWSTraceHeader}
+				return in
 			}
 			for i := 1; i <= 2; i++ {
-				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5})
+				out, err := c.ReceiveMessage(ctx, withAttrs(&sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5}))
 				if err != nil || len(out.Messages) != 1 {
 					t.Fatalf("receive %d of poison = %+v, %v", i, out, err)
 				}
+				wantAttrs("a delivery of the poison", out.Messages[0])
 				if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: q, ReceiptHandle: out.Messages[0].ReceiptHandle, VisibilityTimeout: 0}); err != nil {
 					t.Fatal(err)
 				}
@@ -173,10 +209,11 @@ func TestGoSDK(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dl, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, VisibilityTimeout: 1})
+			dl, err := c.ReceiveMessage(ctx, withAttrs(&sqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, VisibilityTimeout: 1}))
 			if err != nil || len(dl.Messages) != 1 || *dl.Messages[0].Body != "poison" {
 				t.Fatalf("dead letter = %+v, %v", dl, err)
 			}
+			wantAttrs("the dead letter", dl.Messages[0])
 			src, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: dlq.QueueUrl})
 			if err != nil || len(src.QueueUrls) != 1 || src.QueueUrls[0] != *q {
 				t.Fatalf("ListDeadLetterSourceQueues = %+v, %v", src, err)
@@ -192,10 +229,11 @@ func TestGoSDK(t *testing.T) {
 			if err != nil || len(tasks.Results) != 1 || tasks.Results[0].ApproximateNumberOfMessagesMoved != 1 || *tasks.Results[0].Status != "COMPLETED" {
 				t.Fatalf("ListMessageMoveTasks = %+v, %v", tasks, err)
 			}
-			back, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5})
+			back, err := c.ReceiveMessage(ctx, withAttrs(&sqs.ReceiveMessageInput{QueueUrl: q, WaitTimeSeconds: 5}))
 			if err != nil || len(back.Messages) != 1 || *back.Messages[0].Body != "poison" {
 				t.Fatalf("redriven = %+v, %v", back, err)
 			}
+			wantAttrs("the redriven message", back.Messages[0])
 			if _, err := c.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: q}); err != nil {
 				t.Fatal(err)
 			}

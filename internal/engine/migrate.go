@@ -184,9 +184,9 @@ func verifyQueue(ctx context.Context, to QueueMover, source string, ms []moverec
 		if !ok {
 			continue // delivered meanwhile, or a schedule that fired: recorded above
 		}
-		if p != m.Payload {
-			return fmt.Errorf("verify: message %d of %s reads back as a %s payload of %d bytes, not the %s payload of %d bytes sent; the source keeps it",
-				m.ID, source, p.Type, len(p.Data), m.Payload.Type, len(m.Payload.Data))
+		if p.Type != m.Payload.Type || p.Data != m.Payload.Data || !bytes.Equal(p.Attrs, m.Payload.Attrs) {
+			return fmt.Errorf("verify: message %d of %s reads back as a %s payload of %d bytes with %d bytes of attributes, not the %s payload of %d bytes with %d bytes of attributes sent; the source keeps it",
+				m.ID, source, p.Type, len(p.Data), len(p.Attrs), m.Payload.Type, len(m.Payload.Data), len(m.Payload.Attrs))
 		}
 	}
 	return nil

@@ -152,10 +152,17 @@ const (
 )
 
 // Payload is a message body: Type "text" (Data raw) or "json" (Data
-// serialized JSON).
+// serialized JSON), and the message's attributes.
 type Payload struct {
 	Type string
 	Data string
+	// Attrs are the message's attributes (queue.WithAttributes) in their
+	// stored form, the JSON of queue.Attributes, checked by package queue;
+	// nil for none. An engine keeps them with the message (through dead
+	// letters and redrives too) and returns them with every delivery and
+	// peek of it; an engine that cannot keeps none and refuses a send that
+	// has them.
+	Attrs []byte
 }
 
 // Message is one delivery.
@@ -240,8 +247,9 @@ type DedupSender interface {
 	// Config.DedupWindow ago (by any handle, process or earlier run) is not
 	// added and dup[i] is true. Keys seen once in one call are duplicates
 	// after the first. Checking and adding are one commit, so concurrent
-	// senders of one key add it once.
-	SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) (dup []bool, err error)
+	// senders of one key add it once. ids are Send's; ids[i] is 0 for a
+	// duplicate.
+	SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) (ids []int64, dup []bool, err error)
 }
 
 // WaitReceiver is implemented by an engine whose server can hold a receive
@@ -318,8 +326,11 @@ type Queue interface {
 	// Path is what tools show for the queue: a file, "memory:NAME", a URL.
 	Path() string
 	// Send enqueues 1..queue.MaxSendBatch messages, all or none, in slice
-	// order, each due delay from now (0: at once).
-	Send(ctx context.Context, ps []Payload, delay time.Duration) error
+	// order, each due delay from now (0: at once). ids[i] is message i's
+	// id as every Receive and Peek of it shows it (Message.ID), or 0 when
+	// the engine cannot know it at the send (the JetStream engine's
+	// delayed sends: the server stores the message when it is due).
+	Send(ctx context.Context, ps []Payload, delay time.Duration) (ids []int64, err error)
 	// Receive claims up to max due messages, hiding each for lease.
 	Receive(ctx context.Context, max int, lease time.Duration) ([]Message, error)
 	// Ack deletes the message of receipt. A receipt the engine could not

@@ -216,8 +216,13 @@ func testDedupKeys(t *testing.T, h Harness) {
 	if r.Added != 2 || fmt.Sprint(r.Duplicate) != "[false true false true]" {
 		t.Fatalf("batch: %+v; want b and c added", r)
 	}
-	if got := texts(receive(t, q, 10)); got != "a,b,c" {
-		t.Fatalf("stored %q; want a,b,c", got)
+	batchIDs := r.IDs
+	got := receive(t, q, 10)
+	if texts(got) != "a,b,c" {
+		t.Fatalf("stored %q; want a,b,c", texts(got))
+	}
+	if len(batchIDs) != 4 || batchIDs[0] != got[1].ID || batchIDs[1] != 0 || batchIDs[2] != got[2].ID || batchIDs[3] != 0 {
+		t.Fatalf("batch ids %v; want [%d 0 %d 0] (b, a duplicate, c, a duplicate)", batchIDs, got[1].ID, got[2].ID)
 	}
 	if h.Persistent {
 		for _, hd := range []*queue.Queue{q, q2} {

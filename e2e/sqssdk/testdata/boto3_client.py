@@ -27,9 +27,11 @@ def code_of(fn, **kw):
 
 q = c.get_queue_url(QueueName="orders")["QueueUrl"]
 assert q == endpoint + "/000000000000/orders", q
-c.send_message(QueueUrl=q, MessageBody="hello from boto3")
+sent = {"hello from boto3": c.send_message(QueueUrl=q, MessageBody="hello from boto3")["MessageId"]}
 r = c.send_message_batch(QueueUrl=q, Entries=[{"Id": "a", "MessageBody": "one"}, {"Id": "b", "MessageBody": "two"}])
 assert len(r["Successful"]) == 2 and not r.get("Failed"), r
+for e in r["Successful"]:
+    sent[{"a": "one", "b": "two"}[e["Id"]]] = e["MessageId"]
 
 got = {}
 while len(got) < 4:
@@ -40,6 +42,8 @@ while len(got) < 4:
         assert m["Attributes"]["ApproximateReceiveCount"] == "1", m
         got[m["Body"]] = m
 assert set(got) == {"hello from boto3", "one", "two", "from the CLI"}, got
+for body, mid in sent.items():  # every receive shows the send's MessageId
+    assert got[body]["MessageId"] == mid, (body, mid, got[body])
 
 one = got["one"]
 c.change_message_visibility(QueueUrl=q, ReceiptHandle=one["ReceiptHandle"], VisibilityTimeout=0)
@@ -63,6 +67,27 @@ for m in (again, got["hello from boto3"], got["from the CLI"]):
 a = c.get_queue_attributes(QueueUrl=q, AttributeNames=["All"])["Attributes"]
 assert a["ApproximateNumberOfMessages"] == "0" and a["MaximumMessageSize"] == "65536", a
 assert '"maxReceiveCount":2' in a["RedrivePolicy"], a
+
+# Message attributes: the digest SQS computes (aws-md5-of-message-attributes'
+# example), on the send and on the receive; botocore checks neither itself.
+attrs = {"attribName1": {"DataType": "String", "StringValue": "attribValue 1"},
+         "bin": {"DataType": "Binary.x", "BinaryValue": b"\x00\x01\xff"}}
+sa = c.send_message(QueueUrl=q, MessageBody="with attributes", MessageAttributes={"attribName1": attrs["attribName1"]},
+                    MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-a"}})
+assert sa["MD5OfMessageAttributes"] == "19e27d4e946b072f3f58da80d94fd778", sa
+assert "MD5OfMessageSystemAttributes" in sa, sa
+ra = c.receive_message(QueueUrl=q, WaitTimeSeconds=5, MessageAttributeNames=["All"], AttributeNames=["AWSTraceHeader"])["Messages"][0]
+assert ra["MessageId"] == sa["MessageId"], ra
+assert ra["MD5OfMessageAttributes"] == "19e27d4e946b072f3f58da80d94fd778", ra
+assert ra["MessageAttributes"] == {"attribName1": attrs["attribName1"]}, ra
+assert ra["Attributes"] == {"AWSTraceHeader": "Root=1-a"}, ra
+c.delete_message(QueueUrl=q, ReceiptHandle=ra["ReceiptHandle"])
+sb = c.send_message_batch(QueueUrl=q, Entries=[{"Id": "x", "MessageBody": "binary attributes", "MessageAttributes": {"bin": attrs["bin"]}}])
+ok = sb["Successful"][0]
+rb = c.receive_message(QueueUrl=q, WaitTimeSeconds=5, MessageAttributeNames=["b.*", "bin"])["Messages"][0]
+assert rb["MessageAttributes"] == {"bin": attrs["bin"]}, rb
+assert rb["MD5OfMessageAttributes"] == ok["MD5OfMessageAttributes"], (rb, ok)
+c.delete_message(QueueUrl=q, ReceiptHandle=rb["ReceiptHandle"])
 
 # Dead letters after maxReceiveCount.
 c.send_message(QueueUrl=q, MessageBody="poison")

@@ -47,6 +47,16 @@ const assert = require("node:assert/strict");
   assert.equal(a.ApproximateNumberOfMessages, "0");
   assert.equal(a.MaximumMessageSize, "65536");
   await assert.rejects(c.send(new GetQueueUrlCommand({ QueueName: "nope" })), (e) => e instanceof QueueDoesNotExist);
+  // Message attributes: the digest SQS computes (aws-md5-of-message-attributes'
+  // example), on the send and on the receive.
+  const sa = await c.send(new SendMessageCommand({ QueueUrl: q, MessageBody: "with attributes",
+    MessageAttributes: { attribName1: { DataType: "String", StringValue: "attribValue 1" } } }));
+  assert.equal(sa.MD5OfMessageAttributes, "19e27d4e946b072f3f58da80d94fd778");
+  const ra = (await c.send(new ReceiveMessageCommand({ QueueUrl: q, WaitTimeSeconds: 5, MessageAttributeNames: ["All"] }))).Messages[0];
+  assert.equal(ra.MessageId, sa.MessageId);
+  assert.equal(ra.MD5OfMessageAttributes, "19e27d4e946b072f3f58da80d94fd778");
+  assert.deepEqual(ra.MessageAttributes, { attribName1: { DataType: "String", StringValue: "attribValue 1" } });
+  await c.send(new DeleteMessageCommand({ QueueUrl: q, ReceiptHandle: ra.ReceiptHandle }));
   await c.send(new SendMessageCommand({ QueueUrl: q, MessageBody: "to purge" }));
   await c.send(new PurgeQueueCommand({ QueueUrl: q }));
   await c.send(new SendMessageCommand({ QueueUrl: q, MessageBody: "left for the CLI" }));

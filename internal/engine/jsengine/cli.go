@@ -58,7 +58,7 @@ func Tail(ctx context.Context, nc *nats.Conn, name string, after uint64, limit i
 		}
 		seq = m.Sequence + 1
 		pm := driver.PeekedMessage{ID: int64(m.Sequence), EnqueuedAt: m.Time,
-			Payload: driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)}}
+			Payload: payloadOf(m.Header, m.Data)}
 		if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 			pm.EnqueuedAt = time.UnixMilli(v)
 		}

@@ -254,6 +254,7 @@ func (q *Queue) moveOne(ctx context.Context, m *nats.Msg) error {
 	dm := nats.NewMsg("lcq." + q.dl.dlq)
 	dm.Data = m.Data
 	dm.Header.Set(hdrType, m.Header.Get(hdrType))
+	copyAttrs(dm.Header, m.Header)
 	dm.Header.Set(hdrEnqueued, strconv.FormatInt(now.UnixMilli(), 10))
 	dm.Header.Set(hdrMsgID, "lcdl:"+q.stream+":"+strconv.FormatUint(d.seq, 10))
 	dm.Header.Set(hdrOriginStore, q.name)

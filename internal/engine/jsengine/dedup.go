@@ -67,15 +67,17 @@ const markerPrefix = "lcqd."
 // it for a duplicate (it does not say which), each message is sent again
 // with its own marker: duplicates are left out, but the rest is then not
 // all-or-none (a retry with the same keys completes it).
-func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []string, delay time.Duration) ([]bool, error) {
+func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []string, delay time.Duration) ([]int64, []bool, error) {
 	if err := q.check(true); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dup := make([]bool, len(ps))
+	ids := make([]int64, len(ps)) // stream sequences; 0 for duplicates and delayed sends
 	seen := map[string]bool{}
 	type unit struct {
 		i    int
 		msgs []*nats.Msg // marker (if keyed), then the message
+		end  int         // the message's place in all, counted from 1
 	}
 	var units []unit // the messages to publish: not repeated within this call
 	now := time.Now().UnixMilli()
@@ -96,6 +98,7 @@ func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []strin
 		}
 		u.msgs = append(u.msgs, q.buildMsg(ps[i], delay, now))
 		all = append(all, u.msgs...)
+		u.end = len(all)
 		units = append(units, u)
 	}
 	var lastSeq uint64
@@ -103,9 +106,13 @@ func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []strin
 		ack, err := q.publishAll(ctx, all)
 		switch {
 		case err == nil:
-			lastSeq, units = ack.Sequence, nil
+			lastSeq = ack.Sequence
+			for _, u := range units { // one atomic batch: one run of sequences
+				ids[u.i] = int64(lastSeq) - int64(len(all)-u.end)
+			}
+			units = nil
 		case !isDupErr(err):
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, u := range units { // one message, or those of a refused batch
@@ -113,19 +120,23 @@ func (q *Queue) SendDedup(ctx context.Context, ps []driver.Payload, keys []strin
 		switch {
 		case err == nil:
 			lastSeq = max64(lastSeq, ack.Sequence)
+			ids[u.i] = int64(ack.Sequence) // the message is the unit's last
 		case isDupErr(err):
 			dup[u.i] = true
 		case len(ps) > 1:
-			return nil, fmt.Errorf("message %d of %d: %w", u.i+1, len(ps), err)
+			return nil, nil, fmt.Errorf("message %d of %d: %w", u.i+1, len(ps), err)
 		default:
-			return nil, err
+			return nil, nil, err
 		}
+	}
+	if delay > 0 {
+		clear(ids) // the schedules' sequences, not the messages'
 	}
 	if delay == 0 && lastSeq > 0 {
 		noteWrite(q.ident, q.stream, lastSeq) // ryw.go
 		q.woke()
 	}
-	return dup, nil
+	return ids, dup, nil
 }
 
 // marker is the dedup marker of key: no payload, the key as Nats-Msg-Id,

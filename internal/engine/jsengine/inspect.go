@@ -89,7 +89,7 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]driver.PeekedMessage, er
 			}
 			seq = m.Sequence + 1
 			pm := driver.PeekedMessage{ID: int64(m.Sequence), EnqueuedAt: m.Time,
-				Payload: driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)}}
+				Payload: payloadOf(m.Header, m.Data)}
 			if v, err := strconv.ParseInt(m.Header.Get(hdrEnqueued), 10, 64); err == nil {
 				pm.EnqueuedAt = time.UnixMilli(v)
 			}

@@ -26,7 +26,7 @@ func BenchmarkFailure(b *testing.B) {
 			}
 			defer q.Close()
 			fr := q.(driver.FailureRecorder)
-			if err := q.Send(bg, []driver.Payload{{Type: "text", Data: "m"}}, 0); err != nil {
+			if _, err := q.Send(bg, []driver.Payload{{Type: "text", Data: "m"}}, 0); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()

@@ -95,7 +95,7 @@ func TestLastErrorKeptReplacedCleared(t *testing.T) {
 	nc := connect(t)
 	name := freshName("le")
 	q := openDriver(t, nc, name, driver.DeadLetter{})
-	if err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}}, 0); err != nil {
+	if _, err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if n := errEntries(t, nc, name); n != -1 {
@@ -153,7 +153,7 @@ func TestLastErrorIntoDeadLetterAndPurge(t *testing.T) {
 	name := freshName("led")
 	q := openDriver(t, nc, name, driver.DeadLetter{MaxAttempts: 1, Location: name + "-dlq"})
 	dlq := openDriver(t, nc, name+"-dlq", driver.DeadLetter{})
-	if err := q.Send(bg, []driver.Payload{{Type: "text", Data: "poison"}, {Type: "text", Data: "other"}}, 0); err != nil {
+	if _, err := q.Send(bg, []driver.Payload{{Type: "text", Data: "poison"}, {Type: "text", Data: "other"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	text := "failed: 100% broken\r\nat line 2\x7f"
@@ -211,7 +211,7 @@ func TestLastErrorForeignEntries(t *testing.T) {
 	nc := connect(t)
 	name := freshName("lef")
 	q := openDriver(t, nc, name, driver.DeadLetter{})
-	if err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}, {Type: "text", Data: "b"}}, 0); err != nil {
+	if _, err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}, {Type: "text", Data: "b"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	m := receiveOneDrv(t, q)
@@ -289,7 +289,7 @@ func TestLastErrorSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := openDriver(t, nc, "restart", driver.DeadLetter{})
-	if err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}}, 0); err != nil {
+	if _, err := q.Send(bg, []driver.Payload{{Type: "text", Data: "a"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	m := receiveOneDrv(t, q)

@@ -103,7 +103,7 @@ func (e *Exporter) Next(ctx context.Context, max int) ([]moverec.Message, error)
 }
 
 func record(seq uint64, h nats.Header, data []byte, stored time.Time) moverec.Message {
-	r := moverec.Message{ID: int64(seq), Payload: driver.Payload{Type: h.Get(hdrType), Data: string(data)}, EnqueuedAt: stored}
+	r := moverec.Message{ID: int64(seq), Payload: payloadOf(h, data), EnqueuedAt: stored}
 	if v, err := strconv.ParseInt(h.Get(hdrEnqueued), 10, 64); err == nil {
 		r.EnqueuedAt = time.UnixMilli(v)
 	}
@@ -403,7 +403,7 @@ func ReadBack(ctx context.Context, d driver.Queue, seqs []int64) (map[int64]driv
 		if err != nil {
 			return nil, fmt.Errorf("read back message %d of %s: %w", s, q.stream, err)
 		}
-		out[s] = driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)}
+		out[s] = payloadOf(m.Header, m.Data)
 	}
 	return out, nil
 }

@@ -19,7 +19,28 @@ import (
 const (
 	hdrType     = "Lc-Type"        // "text" or "json"
 	hdrEnqueued = "Lc-Enqueued-Ms" // send time, Unix milliseconds
+	// hdrAttrs holds the message's attributes (queue.WithAttributes), the
+	// JSON of queue.Attributes; absent when it has none.
+	hdrAttrs = "Lc-Attributes"
 )
+
+// payloadOf is the payload of a stored message: its data, its type and
+// attributes from its headers.
+func payloadOf(h nats.Header, data []byte) driver.Payload {
+	p := driver.Payload{Type: h.Get(hdrType), Data: string(data)}
+	if a := h.Get(hdrAttrs); a != "" {
+		p.Attrs = []byte(a)
+	}
+	return p
+}
+
+// copyAttrs carries the attributes header of from, if any, to to (a dead
+// letter, a redrive).
+func copyAttrs(to, from nats.Header) {
+	if a := from.Get(hdrAttrs); a != "" {
+		to.Set(hdrAttrs, a)
+	}
+}
 
 // Queue is an open queue of the JetStream engine (QueueEngine.Open returns
 // it as a driver.Queue): a handle, as *sqlitequeue.Queue is the SQLite
@@ -106,16 +127,21 @@ func (q *Queue) message(p driver.Payload, subject string, enqueuedMs int64) *nat
 	m.Data = []byte(p.Data)
 	m.Header.Set(hdrType, p.Type)
 	m.Header.Set(hdrEnqueued, strconv.FormatInt(enqueuedMs, 10))
+	if len(p.Attrs) > 0 {
+		m.Header.Set(hdrAttrs, string(p.Attrs))
+	}
 	return m
 }
 
 // Send publishes one message, or an atomic batch (all or none, server
 // 2.12+) of several; a delay makes each a message schedule ("@at" with
 // sub-second precision) that the server publishes to the queue's subject
-// when due.
-func (q *Queue) Send(ctx context.Context, ps []driver.Payload, delay time.Duration) error {
+// when due. The ids are the stream sequences of the messages (an atomic
+// batch is stored in one run of sequences, ending at the commit's); a
+// delayed message has none yet (0): the server stores it when it is due.
+func (q *Queue) Send(ctx context.Context, ps []driver.Payload, delay time.Duration) ([]int64, error) {
 	if err := q.check(true); err != nil {
-		return err
+		return nil, err
 	}
 	msgs := make([]*nats.Msg, len(ps))
 	now := time.Now().UnixMilli()
@@ -134,16 +160,20 @@ func (q *Queue) Send(ctx context.Context, ps []driver.Payload, delay time.Durati
 	var err error
 	if len(msgs) == 1 {
 		if ack, err = q.js.PublishMsg(ctx, msgs[0]); err != nil {
-			return fmt.Errorf("publish to %s: %w", q.stream, err)
+			return nil, fmt.Errorf("publish to %s: %w", q.stream, err)
 		}
 	} else if ack, err = q.publishBatch(ctx, msgs); err != nil {
-		return err
+		return nil, err
 	}
+	ids := make([]int64, len(ps))
 	if delay == 0 {
 		noteWrite(q.ident, q.stream, ack.Sequence) // ryw.go
 		q.woke()
+		for i := range ids {
+			ids[i] = int64(ack.Sequence) - int64(len(ids)-1-i)
+		}
 	}
-	return nil
+	return ids, nil
 }
 
 // publishBatch publishes msgs as one atomic batch: the server stores all of

@@ -215,7 +215,7 @@ recv:
 			ID:            int64(d.seq),
 			ReceiptHandle: formatReceipt(deadline, lease, inc, m.Reply),
 			Attempt:       int(d.delivered),
-			Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
+			Payload:       payloadOf(m.Header, m.Data),
 			EnqueuedAt:    enq,
 		})
 	}

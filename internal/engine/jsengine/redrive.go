@@ -161,6 +161,7 @@ func (q *Queue) redriveOne(ctx context.Context, m *nats.Msg, to string) error {
 	rm := nats.NewMsg("lcq." + to)
 	rm.Data = m.Data
 	rm.Header.Set(hdrType, m.Header.Get(hdrType))
+	copyAttrs(rm.Header, m.Header)
 	rm.Header.Set(hdrEnqueued, strconv.FormatInt(time.Now().UnixMilli(), 10))
 	rm.Header.Set(hdrMsgID, "lcrd:"+q.stream+":"+strconv.FormatUint(d.seq, 10))
 	ack, err := q.js.PublishMsg(ctx, rm, jetstream.WithExpectStream("LCQ_"+to))

@@ -173,7 +173,7 @@ func (q *Queue) leaseOne(ctx context.Context, m *nats.Msg, d delivery, lease tim
 		ID:            int64(d.seq),
 		ReceiptHandle: formatReceipt(deadline, lease, inc, m.Reply),
 		Attempt:       int(d.delivered),
-		Payload:       driver.Payload{Type: m.Header.Get(hdrType), Data: string(m.Data)},
+		Payload:       payloadOf(m.Header, m.Data),
 		EnqueuedAt:    enq,
 	}
 	q.noteDelivery(d, msg.ReceiptHandle)

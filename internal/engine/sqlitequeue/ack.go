@@ -49,6 +49,11 @@ func (q *Queue) ackIn(ctx context.Context, tx *sqlstore.Tx, receipts []string, o
 			return err
 		} else if n == 1 {
 			out[i] = driver.AckCurrent
+			if q.hasAttrs.Load() {
+				if _, err := tx.Exec(ctx, stmtDeleteAttrs, id); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if err := q.staleIfExists(ctx, tx, res, id); errors.Is(err, ErrStaleReceipt) {

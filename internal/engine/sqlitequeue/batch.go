@@ -12,23 +12,23 @@ import (
 // sendBatch enqueues ps in one transaction: all of them or, if anything
 // fails, none. The messages share one enqueued_at and get ascending ids, so
 // they are delivered in slice order; delay applies to each.
-func (q *Queue) sendBatch(ctx context.Context, ps []Payload, delay time.Duration) error {
+func (q *Queue) sendBatch(ctx context.Context, ps []Payload, delay time.Duration) ([]int64, error) {
 	now := q.now().UnixMilli()
-	var lastID int64
-	// Each run sets lastID anew, so the batch may join a group commit.
+	ids := make([]int64, len(ps))
+	// Each run sets ids anew, so the batch may join a group commit.
 	err := q.db.WriteGroup(ctx, func(tx *sqlstore.Tx) error {
 		for i, p := range ps {
-			id, err := insert(ctx, tx, p, now, delay)
+			id, err := q.insert(ctx, tx, p, now, delay)
 			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
-			lastID = id
+			ids[i] = id
 		}
 		return nil
 	})
 	if err != nil {
-		return opErr(err, "send batch of %d", len(ps))
+		return nil, opErr(err, "send batch of %d", len(ps))
 	}
-	q.notifySent(lastID)
-	return nil
+	q.notifySent(ids[len(ids)-1])
+	return ids, nil
 }

@@ -2,6 +2,7 @@ package sqlitequeue
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 
@@ -41,7 +42,7 @@ func buildClaimBatch(n int) string {
 		}
 		b.WriteString("(?" + strconv.Itoa(2+2*i) + ", ?" + strconv.Itoa(3+2*i) + ")")
 	}
-	b.WriteString(") AS v WHERE id = v.column1 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL\nRETURNING id, payload_type, payload_data, attempt")
+	b.WriteString(") AS v WHERE id = v.column1 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL\nRETURNING id, payload_type, payload_data, attempt, " + claimAttrs)
 	return b.String()
 }
 
@@ -64,16 +65,23 @@ func (q *Queue) claimBatch(ctx context.Context, tx *sqlstore.Tx, leaseEnd int64,
 	}
 	defer rows.Close()
 	got := make([]storedRow, len(batch))
-	var id int64
-	var typ, data, attempt any // scan targets once, not per row
+	attrs := make([]sql.NullString, len(batch))
+	// The scan targets, once per statement rather than per row, in one
+	// struct (one heap allocation).
+	var sc struct {
+		id                 int64
+		typ, data, attempt any
+		attrs              sql.NullString
+	}
 	for rows.Next() {
-		typ, data, attempt = nil, nil, nil
-		if err := rows.Scan(&id, &typ, &data, &attempt); err != nil {
+		sc.typ, sc.data, sc.attempt, sc.attrs = nil, nil, nil, sql.NullString{}
+		if err := rows.Scan(&sc.id, &sc.typ, &sc.data, &sc.attempt, &sc.attrs); err != nil {
 			return nil, err
 		}
 		for i, m := range batch {
-			if m.ID == id {
-				got[i] = storedRow{id: id, typ: typ, data: data, enq: int64(0), attempt: attempt, hasAttempt: true}
+			if m.ID == sc.id {
+				got[i] = storedRow{id: sc.id, typ: sc.typ, data: sc.data, enq: int64(0), attempt: sc.attempt, hasAttempt: true}
+				attrs[i] = sc.attrs
 			}
 		}
 	}
@@ -89,6 +97,7 @@ func (q *Queue) claimBatch(ctx context.Context, tx *sqlstore.Tx, leaseEnd int64,
 		d := decodeRow(got[i])
 		m.ReceiptHandle = receipts[i]
 		m.Payload, m.Attempt = d.payload, d.attempt
+		m.Payload.Attrs = q.attrsOf(attrs[i])
 		msgs = append(msgs, m.Message)
 	}
 	return msgs, nil

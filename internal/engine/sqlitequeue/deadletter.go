@@ -330,6 +330,7 @@ type move struct {
 	// the dead-letter queue.
 	lastError string
 	reason    string // why the message could not be delivered (rows.go), "" if it was spent
+	attrs     []byte // the message's attributes here (lc_attributes), carried along
 }
 
 // scope is what a caller may finish moves toward besides the handle's own
@@ -545,6 +546,9 @@ func (q *Queue) transferTo(ctx context.Context, dest string, moves []move) error
 			if _, err := tx.Exec(ctx, stmtDeleteError, mv.id); err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, stmtDeleteAttrs, mv.id); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -600,6 +604,11 @@ func arrive(ctx context.Context, tx *sqlstore.Tx, from string, mv move, now int6
 	if mv.lastError != "" {
 		if _, err := tx.Exec(ctx, stmtSetError, id, mv.lastError, now); err != nil {
 			return false, fmt.Errorf("carry the last error of message %d: %w", mv.id, err)
+		}
+	}
+	if len(mv.attrs) > 0 {
+		if _, err := tx.Exec(ctx, stmtSetAttrs, id, string(mv.attrs)); err != nil {
+			return false, fmt.Errorf("carry the attributes of message %d: %w", mv.id, err)
 		}
 	}
 	return true, nil

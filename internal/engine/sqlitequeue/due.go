@@ -103,5 +103,5 @@ AND NOT EXISTS (SELECT 1 FROM head) ORDER BY +enqueued_at, id LIMIT 1)
 UNION ALL SELECT * FROM (SELECT id, enqueued_at FROM messages WHERE attempt IS NOT 0 AND visible_at <= ?3 AND enqueued_at < '' ORDER BY +enqueued_at, id LIMIT 1)
 ORDER BY enqueued_at, id LIMIT 1))
 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
-RETURNING id, enqueued_at, payload_type, payload_data, attempt`
+RETURNING id, enqueued_at, payload_type, payload_data, attempt, ` + claimAttrs
 )

@@ -213,8 +213,8 @@ func claimOne(t *testing.T, db *sql.DB, now int64) []int64 {
 	var out []int64
 	for rows.Next() {
 		var id int64
-		var enq, typ, data, attempt any
-		if err := rows.Scan(&id, &enq, &typ, &data, &attempt); err != nil {
+		var enq, typ, data, attempt, attrs any
+		if err := rows.Scan(&id, &enq, &typ, &data, &attempt, &attrs); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, id)

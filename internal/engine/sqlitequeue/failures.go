@@ -80,14 +80,23 @@ func (q *Queue) NackFailed(ctx context.Context, receipt string, delay time.Durat
 	return q.receiptErr(err, "nack", receipt)
 }
 
-// lastErrors reads the recorded last errors of moves (for their arrival).
+// lastErrors reads the recorded last errors of moves, and the attributes
+// of every move (for their arrival).
 func (q *Queue) lastErrors(ctx context.Context, moves []move) error {
 	for i := range moves {
-		if !moves[i].present || moves[i].kind != kindDeadLetter {
+		if !moves[i].present {
+			continue
+		}
+		a, err := readAttrs(ctx, q.db.R, moves[i].id)
+		if err != nil {
+			return err
+		}
+		moves[i].attrs = a
+		if moves[i].kind != kindDeadLetter {
 			continue
 		}
 		var s string
-		err := q.db.R.QueryRowContext(ctx, stmtGetError, moves[i].id).Scan(&s)
+		err = q.db.R.QueryRowContext(ctx, stmtGetError, moves[i].id).Scan(&s)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
@@ -103,13 +112,15 @@ func (q *Queue) lastErrors(ctx context.Context, moves []move) error {
 // transaction: expired keys are pruned (a few per send), each key is
 // claimed unless a send within the window holds it, and only the messages
 // whose key was free (or that have none) are added.
-func (q *Queue) SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) ([]bool, error) {
+func (q *Queue) SendDedup(ctx context.Context, ps []Payload, keys []string, delay time.Duration) ([]int64, []bool, error) {
 	dup := make([]bool, len(ps))
+	ids := make([]int64, len(ps))
 	var lastID int64
 	added := 0
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		added, lastID = 0, 0
 		clear(dup)
+		clear(ids)
 		now := q.now().UnixMilli()
 		cutoff := now - q.dedupWindow.Milliseconds()
 		if _, err := tx.Exec(ctx, stmtPruneDedup, cutoff); err != nil {
@@ -126,7 +137,7 @@ func (q *Queue) SendDedup(ctx context.Context, ps []Payload, keys []string, dela
 					continue
 				}
 			}
-			id, err := insert(ctx, tx, p, now, delay)
+			id, err := q.insert(ctx, tx, p, now, delay)
 			if err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
@@ -135,16 +146,16 @@ func (q *Queue) SendDedup(ctx context.Context, ps []Payload, keys []string, dela
 					return fmt.Errorf("message %d: record dedup key: %w", i, err)
 				}
 			}
-			lastID = id
+			lastID, ids[i] = id, id
 			added++
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, opErr(err, "send %d messages with dedup keys", len(ps))
+		return nil, nil, opErr(err, "send %d messages with dedup keys", len(ps))
 	}
 	if added > 0 {
 		q.notifySent(lastID)
 	}
-	return dup, nil
+	return ids, dup, nil
 }

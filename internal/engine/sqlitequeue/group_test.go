@@ -38,7 +38,7 @@ func TestBatchWritesJoinGroupCommit(t *testing.T) {
 	ctx := context.Background()
 	q := hwOpenInternal(t, t.TempDir())
 	for i := range 10 {
-		if err := q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("m", i)}}, 0); err != nil {
+		if _, err := q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("m", i)}}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +50,7 @@ func TestBatchWritesJoinGroupCommit(t *testing.T) {
 	for i := range 2 {
 		wg.Go(func() { got[i], errs[i] = q.Receive(ctx, 5, time.Minute) })
 		wg.Go(func() {
-			errs[2+i] = q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("b", i, "-0")}, {Type: TypeText, Data: fmt.Sprint("b", i, "-1")}}, 0)
+			_, errs[2+i] = q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("b", i, "-0")}, {Type: TypeText, Data: fmt.Sprint("b", i, "-1")}}, 0)
 		})
 	}
 	wg.Wait()
@@ -120,7 +120,7 @@ func TestNackExtendJoinGroupCommit(t *testing.T) {
 	q := hwOpenInternal(t, t.TempDir())
 	const n = 8
 	for i := range n {
-		if err := q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("m", i)}}, 0); err != nil {
+		if _, err := q.Send(ctx, []Payload{{Type: TypeText, Data: fmt.Sprint("m", i)}}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

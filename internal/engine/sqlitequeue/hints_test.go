@@ -50,7 +50,7 @@ func TestLocalWakeGroupsByStore(t *testing.T) {
 	}
 	lb, _ := b.hints.waitChans()
 	lc, _ := c.hints.waitChans()
-	if err := a.Send(ctx, []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
+	if _, err := a.Send(ctx, []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -88,7 +88,7 @@ func TestSharedPublisherPerURLAndToken(t *testing.T) {
 		t.Fatal("handles with different tokens share a publisher")
 	}
 	start := time.Now()
-	if err := a.Send(context.Background(), []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
+	if _, err := a.Send(context.Background(), []Payload{{Type: "text", Data: "x"}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 2*time.Second {

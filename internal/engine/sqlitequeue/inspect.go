@@ -26,7 +26,7 @@ FROM messages`
 	// read-write since an older localcloud made it).
 	stmtPeekOrigin = `SELECT m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.attempt, m.receipt_handle,
 d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
-mv.message_id IS NOT NULL, REASON, LASTERROR
+mv.message_id IS NOT NULL, REASON, LASTERROR, ATTRS
 FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter' LEFT JOIN lc_moves mv ON mv.message_id = m.id
 ORDER BY m.enqueued_at, m.id LIMIT ?1`
 	peekReason       = `(SELECT r.reason FROM lc_dead_letter_reasons r WHERE r.dlq_message_id = m.id)`
@@ -38,6 +38,8 @@ GROUP BY d.origin_store, d.origin_binding ORDER BY COUNT(*) DESC, d.origin_bindi
 	stmtHasErrorTable = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'lc_errors'`
 	// LASTERROR in stmtPeekOrigin is replaced by this, or NULL without lc_errors.
 	peekLastError = `(SELECT e.error FROM lc_errors e WHERE e.message_id = m.id)`
+	// ATTRS in stmtPeekOrigin is replaced by this, or NULL without lc_attributes.
+	peekAttrs = `(SELECT a.attributes FROM lc_attributes a WHERE a.message_id = m.id)`
 )
 
 // Peek returns up to limit (checked by the caller) messages in delivery order
@@ -65,7 +67,14 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		if errs == 1 {
 			lastError = peekLastError
 		}
-		stmt = strings.Replace(strings.Replace(stmtPeekOrigin, "REASON", reason, 1), "LASTERROR", lastError, 1)
+		attrs := "NULL"
+		if err := q.db.R.QueryRowContext(ctx, stmtHasAttrs).Scan(&n); err != nil {
+			return nil, opErr(err, "peek")
+		}
+		if n == 1 {
+			attrs = peekAttrs
+		}
+		stmt = strings.NewReplacer("REASON", reason, "LASTERROR", lastError, "ATTRS", attrs).Replace(stmtPeekOrigin)
 	}
 	rows, err := q.db.R.QueryContext(ctx, stmt, limit)
 	if err != nil {
@@ -84,9 +93,9 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 		if own {
 			dest = append(dest, &o.store, &o.binding, &o.id, &o.attempts, &o.receipt, &o.enq, &o.moved, &m.Moving, &o.reason)
 		}
-		var lastErr sql.NullString
+		var lastErr, attrs sql.NullString
 		if own {
-			dest = append(dest, &lastErr)
+			dest = append(dest, &lastErr, &attrs)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, opErr(err, "peek")
@@ -106,6 +115,9 @@ func (q *Queue) Peek(ctx context.Context, limit int) ([]PeekedMessage, error) {
 			m.VisibleAt = time.UnixMilli(d.visibleAt)
 		}
 		m.Payload = d.payload
+		if attrs.Valid && attrs.String != "" {
+			m.Payload.Attrs = []byte(attrs.String)
+		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {

@@ -33,7 +33,8 @@ const (
 	stmtExport = `SELECT m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.attempt,
 (SELECT e.error FROM lc_errors e WHERE e.message_id = m.id),
 d.origin_store, d.origin_binding, d.origin_id, d.attempts, d.last_receipt, d.origin_enqueued_at, d.arrived_at,
-(SELECT r.reason FROM lc_dead_letter_reasons r WHERE r.dlq_message_id = m.id)
+(SELECT r.reason FROM lc_dead_letter_reasons r WHERE r.dlq_message_id = m.id),
+(SELECT a.attributes FROM lc_attributes a WHERE a.message_id = m.id)
 FROM messages m LEFT JOIN lc_arrivals d ON d.message_id = m.id AND d.kind = 'dead-letter'
 WHERE m.id > ?1 AND NOT (m.attempt > 0 AND m.visible_at > ?3) AND NOT EXISTS (SELECT 1 FROM lc_moves mv WHERE mv.message_id = m.id)
 ORDER BY m.id LIMIT ?2`
@@ -88,15 +89,18 @@ func (q *Queue) Export(ctx context.Context, after int64, max int) ([]moverec.Mes
 	for rows.Next() {
 		var m moverec.Message
 		var enq, vis, att sql.NullInt64
-		var typ, data, lastErr, oStore, oBinding, oReceipt, reason sql.NullString
+		var typ, data, lastErr, oStore, oBinding, oReceipt, reason, attrs sql.NullString
 		var oID, oAtt, oEnq, oMoved sql.NullInt64
-		if err := rows.Scan(&m.ID, &typ, &data, &enq, &vis, &att, &lastErr, &oStore, &oBinding, &oID, &oAtt, &oReceipt, &oEnq, &oMoved, &reason); err != nil {
+		if err := rows.Scan(&m.ID, &typ, &data, &enq, &vis, &att, &lastErr, &oStore, &oBinding, &oID, &oAtt, &oReceipt, &oEnq, &oMoved, &reason, &attrs); err != nil {
 			return nil, opErr(fmt.Errorf("message %d: %w (a row another program wrote? localcloud check shows it)", m.ID, err), "export")
 		}
 		if !typ.Valid || !data.Valid || !enq.Valid || !vis.Valid || !att.Valid {
 			return nil, opErr(fmt.Errorf("message %d has a NULL column; localcloud check shows it", m.ID), "export")
 		}
 		m.Payload.Type, m.Payload.Data = typ.String, data.String
+		if attrs.String != "" {
+			m.Payload.Attrs = []byte(attrs.String)
+		}
 		m.EnqueuedAt, m.Attempts, m.LastError = time.UnixMilli(enq.Int64), int(att.Int64), lastErr.String
 		if vis.Int64 > now {
 			m.DueAt = time.UnixMilli(vis.Int64)
@@ -139,7 +143,7 @@ func (q *Queue) Dedups(ctx context.Context) ([]moverec.Dedup, error) {
 func (q *Queue) Remove(ctx context.Context, ids []int64, clearDedup bool) error {
 	return opErr(q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		for _, id := range ids {
-			for _, s := range []string{stmtRemove, stmtRemoveError, stmtRemoveArrival, stmtRemoveReason} {
+			for _, s := range []string{stmtRemove, stmtRemoveError, stmtRemoveArrival, stmtRemoveReason, stmtDeleteAttrs} {
 				if _, err := tx.Exec(ctx, s, id); err != nil {
 					return err
 				}
@@ -211,6 +215,12 @@ func (q *Queue) Import(ctx context.Context, source string, ms []moverec.Message)
 			var id int64
 			if err := tx.QueryRow(ctx, stmtImportMsg, m.Payload.Type, m.Payload.Data, m.EnqueuedAt.UnixMilli(), vis, m.Attempts, receipt).Scan(&id); err != nil {
 				return fmt.Errorf("message %d of %s: %w", m.ID, source, err)
+			}
+			if len(m.Payload.Attrs) > 0 {
+				q.hasAttrs.Store(true)
+				if _, err := tx.Exec(ctx, stmtSetAttrs, id, string(m.Payload.Attrs)); err != nil {
+					return err
+				}
 			}
 			if m.LastError != "" {
 				if _, err := tx.Exec(ctx, stmtSetError, id, m.LastError, now); err != nil {

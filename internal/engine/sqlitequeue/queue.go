@@ -65,7 +65,7 @@ var format = sqlstore.Format{
 	Marker:  Marker,
 	File:    FileName,
 	Schema:  Schema,
-	Extra:   Indexes + "\n" + MovesDDL + "\n" + DeliveryDDL,
+	Extra:   Indexes + "\n" + MovesDDL + "\n" + DeliveryDDL + "\n" + AttributesDDL,
 	Retired: retiredIndexes,
 	OpCode:  bindings.CodeQueueOperationFailed,
 	// A var's initializer may not refer to the var itself (checkRows does
@@ -91,7 +91,7 @@ AND (enqueued_at < '' AND payload_type IS NOT NULL AND payload_data IS NOT NULL 
 	stmtClaim = `UPDATE messages
 SET visible_at = ?1, attempt = attempt + 1,
 receipt_handle = ?2 WHERE id = ?3 AND payload_type IS NOT NULL AND payload_data IS NOT NULL AND attempt IS NOT NULL
-RETURNING payload_type, payload_data, attempt`
+RETURNING payload_type, payload_data, attempt, ` + claimAttrs
 	stmtAck    = `DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2`
 	stmtNack   = `UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2`
 	stmtExists = `SELECT 1 FROM messages WHERE id = ?1`
@@ -132,6 +132,7 @@ type Queue struct {
 	stuckLogged atomic.Int64 // moves left in place at the last report (reportStuck)
 	targets     []string     // WithMoveTargets, normalised
 	lastFull    atomic.Bool  // the last claim returned as many as it asked for
+	hasAttrs    atomic.Bool  // the store holds message attributes (attrs.go): acks delete them
 	dedupWindow time.Duration
 	oddLogged   sync.Map // ids of undeliverable rows logged (rows.go)
 }
@@ -216,6 +217,10 @@ func newQueue(ctx context.Context, db *sqlstore.DB, o options) (*Queue, error) {
 			_ = q.Close()
 			return nil, opErr(err, "open queue store %q: move the arrival records of an older localcloud into lc_arrivals", q.Path())
 		}
+		if err := q.noteAttrs(ctx); err != nil {
+			_ = q.Close()
+			return nil, opErr(err, "open queue store %q", q.Path())
+		}
 	}
 	if !q.readOnly && !q.internal {
 		q.recoverAtOpen(ctx)
@@ -263,10 +268,11 @@ func (q *Queue) notifySent(lastID int64) {
 }
 
 // Send enqueues ps (checked by the caller), due after delay: one message
-// with the spec's insert alone, several in one transaction (sendBatch).
-func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) error {
-	if len(ps) != 1 {
-		return q.sendBatch(ctx, ps, delay)
+// with the spec's insert alone, several in one transaction (sendBatch). It
+// returns the new messages' ids.
+func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) ([]int64, error) {
+	if len(ps) != 1 || len(ps[0].Attrs) > 0 {
+		return q.sendBatch(ctx, ps, delay) // one transaction: the message and its attributes
 	}
 	p := ps[0]
 	now := q.now().UnixMilli()
@@ -274,22 +280,30 @@ func (q *Queue) Send(ctx context.Context, ps []Payload, delay time.Duration) err
 	stmt, args := insertStmt(p, now, delay)
 	res, err := q.db.Exec(ctx, stmt, args...)
 	if err != nil {
-		return opErr(err, "send")
+		return nil, opErr(err, "send")
 	}
-	id, _ := res.LastInsertId() // 0 on error: the hint then carries no id
+	id, err := res.LastInsertId()
+	if err != nil {
+		// The message is stored; only its id is not known.
+		q.notifySent(0)
+		return nil, opErr(err, "send: the message is stored but its id is unknown")
+	}
 	q.notifySent(id)
-	return nil
+	return []int64{id}, nil
 }
 
-// insert is the spec's send of p at now (unix ms), due after delay.
-func insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) (id int64, err error) {
+// insert is the spec's send of p at now (unix ms), due after delay, and
+// the message's attributes if it has any.
+func (q *Queue) insert(ctx context.Context, tx *sqlstore.Tx, p Payload, now int64, delay time.Duration) (id int64, err error) {
 	stmt, args := insertStmt(p, now, delay)
 	res, err := tx.Exec(ctx, stmt, args...)
 	if err != nil {
 		return 0, err
 	}
-	id, _ = res.LastInsertId() // 0 on error: the hint then carries no id
-	return id, nil
+	if id, err = res.LastInsertId(); err != nil {
+		return 0, err
+	}
+	return id, q.setAttrs(ctx, tx, id, p.Attrs)
 }
 
 // insertStmt is the spec's send, with visible_at = enqueued_at + delay.
@@ -386,9 +400,13 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 	// queue): they stay due, so each select asks for that many more.
 	skipped := map[int64]bool{}
 	leaseEnd := now.Add(lease).UnixMilli()
-	// The claim's scan targets, once per claim rather than per message
-	// (Scan takes their addresses, so each is a heap allocation).
-	var typ, data, attempt any
+	// The claim's scan targets, once per claim rather than per message,
+	// in one struct (Scan takes their addresses, so it is one heap
+	// allocation, not one per target).
+	var sc struct {
+		typ, data, attempt any
+		attrs              sql.NullString
+	}
 	// Without a dead-letter policy the due messages are claimed by one
 	// statement (claimBatch); with one, each is looked at, then claimed
 	// alone.
@@ -428,8 +446,8 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 				continue
 			}
 			receipt, u := newReceipt(m.ID)
-			typ, data, attempt = nil, nil, nil
-			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&typ, &data, &attempt)
+			sc.typ, sc.data, sc.attempt, sc.attrs = nil, nil, nil, sql.NullString{}
+			err := tx.QueryRow(ctx, stmtClaim, leaseEnd, u, m.ID).Scan(&sc.typ, &sc.data, &sc.attempt, &sc.attrs)
 			if errors.Is(err, sql.ErrNoRows) { // a NULL payload or attempt: left in place
 				q.skipUndeliverable(m.ID, "payload_type, payload_data or attempt is NULL")
 				skipped[m.ID] = true
@@ -438,9 +456,10 @@ func (q *Queue) claim(ctx context.Context, tx *sqlstore.Tx, now time.Time, max i
 			if err != nil {
 				return nil, nil, err
 			}
-			d := decodeRow(storedRow{id: m.ID, typ: typ, data: data, enq: int64(0), attempt: attempt, hasAttempt: true})
+			d := decodeRow(storedRow{id: m.ID, typ: sc.typ, data: sc.data, enq: int64(0), attempt: sc.attempt, hasAttempt: true})
 			m.ReceiptHandle = receipt
 			m.Payload, m.Attempt = d.payload, d.attempt
+			m.Payload.Attrs = q.attrsOf(sc.attrs)
 			msgs = append(msgs, m.Message)
 		}
 		if len(batch) > 0 {
@@ -474,7 +493,7 @@ func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message,
 	var r storedRow
 	r.hasAttempt = true
 	err := q.db.WriteRow(ctx, stmtClaimOne, []any{now.Add(lease).UnixMilli(), u, now.UnixMilli()},
-		&m.ID, &r.enq, &r.typ, &r.data, &r.attempt)
+		&m.ID, &r.enq, &r.typ, &r.data, &r.attempt, &r.attrs)
 	if errors.Is(err, sql.ErrNoRows) {
 		q.lastFull.Store(false)
 		return q.receiveOdd(ctx, now, lease)
@@ -487,6 +506,7 @@ func (q *Queue) receiveOne(ctx context.Context, lease time.Duration) ([]Message,
 	m.EnqueuedAt = time.UnixMilli(d.enqueuedAt)
 	m.ReceiptHandle = formatReceipt(m.ID, u)
 	m.Payload, m.Attempt = d.payload, d.attempt
+	m.Payload.Attrs = q.attrsOf(r.attrs)
 	return []Message{m}, nil
 }
 
@@ -576,6 +596,9 @@ func (q *Queue) Ack(ctx context.Context, receipt string) error {
 	if !ok {
 		return nil
 	}
+	if q.hasAttrs.Load() {
+		return q.ackAttrs(ctx, id, u, receipt)
+	}
 	// The common case, a current receipt, is the spec's delete on its own;
 	// only when it deletes nothing does the transaction below tell a
 	// stale receipt from a message already gone.
@@ -664,6 +687,9 @@ func (q *Queue) receiptErr(err error, op, receipt string) error {
 func (q *Queue) Purge(ctx context.Context) error {
 	err := q.db.Write(ctx, func(tx *sqlstore.Tx) error {
 		if _, err := tx.Exec(ctx, stmtPurge); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, stmtClearAttrs); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, stmtClearErrors)

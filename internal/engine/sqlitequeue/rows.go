@@ -52,7 +52,8 @@ type storedRow struct {
 	id                             int64
 	typ, data, enq, vis, attempt   any
 	receipt                        any
-	hasVis, hasAttempt, hasReceipt bool // the columns were read
+	attrs                          sql.NullString // a claim's attributes column (attrs.go)
+	hasVis, hasAttempt, hasReceipt bool           // the columns were read
 }
 
 // decodedRow is what localcloud reads from a storedRow.

@@ -76,12 +76,17 @@ func (m *mover) ReadBack(ctx context.Context, ids []int64) (map[int64]qdriver.Pa
 	out := map[int64]qdriver.Payload{}
 	for _, id := range ids {
 		var p qdriver.Payload
-		err := m.h.db.R.QueryRowContext(ctx, `SELECT payload_type, payload_data FROM messages WHERE id = ?1`, id).Scan(&p.Type, &p.Data)
+		var attrs sql.NullString
+		err := m.h.db.R.QueryRowContext(ctx, `SELECT payload_type, payload_data,
+(SELECT a.attributes FROM lc_attributes a WHERE a.message_id = messages.id) FROM messages WHERE id = ?1`, id).Scan(&p.Type, &p.Data, &attrs)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read back message %d: %w", id, err)
+		}
+		if attrs.String != "" {
+			p.Attrs = []byte(attrs.String)
 		}
 		out[id] = p
 	}

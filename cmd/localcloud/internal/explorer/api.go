@@ -293,6 +293,8 @@ type messageJSON struct {
 	Pretty string      `json:"pretty,omitempty"`
 	Size   int         `json:"size"` // bytes of the payload as stored
 	Origin *originInfo `json:"origin,omitempty"`
+	// Attributes are the message's attributes; absent if none.
+	Attributes queue.Attributes `json:"attributes,omitempty"`
 }
 
 type originInfo struct {
@@ -322,7 +324,7 @@ func messageState(m queue.PeekedMessage, now time.Time) string {
 
 func toMessageJSON(m queue.PeekedMessage, now time.Time) messageJSON {
 	out := messageJSON{ID: m.ID, Attempt: m.Attempt, EnqueuedAt: m.EnqueuedAt.UnixMilli(), VisibleAt: m.VisibleAt.UnixMilli(),
-		State: messageState(m, now), Type: string(m.Payload.Type), Payload: m.Payload.Data, Size: len(m.Payload.Data)}
+		State: messageState(m, now), Type: string(m.Payload.Type), Payload: m.Payload.Data, Size: len(m.Payload.Data), Attributes: m.Attributes}
 	if m.Payload.Type == queue.TypeJSON {
 		out.Pretty = prettyJSON(m.Payload.Data)
 	}

@@ -36,10 +36,21 @@ func md5Hex(s string) string {
 // messageIDSpace is the UUID namespace of received messages' ids.
 var messageIDSpace = uuid.MustParse("6b1c3f0e-6c8e-4a57-9a43-2f3c2f0a5e11")
 
-// receivedID is the MessageId of a received message: the same at every
-// receive of it.
+// receivedID is the MessageId of a message: the same at its send and at
+// every receive of it.
 func receivedID(q *queue.Queue, id int64) string {
 	return uuid.NewSHA1(messageIDSpace, []byte(q.Location()+"\x00"+strconv.FormatInt(id, 10))).String()
+}
+
+// sentID is the MessageId a send answers for a message the engine gave id
+// (queue.SendResult.IDs): receivedID. An engine that cannot know the id at
+// the send (0: the JetStream engine's delayed sends) gets a random one,
+// which its receives do not show.
+func sentID(q *queue.Queue, id int64) string {
+	if id == 0 {
+		return uuid.NewString()
+	}
+	return receivedID(q, id)
 }
 
 // validBody checks a message body: at most queue.MaxPayloadBytes bytes
@@ -71,6 +82,20 @@ type sendEntry struct {
 	id    string // the batch entry's Id; "" for SendMessage
 	body  string
 	delay int
+	attrs queue.Attributes // message and system attributes (attrs.go); nil for none
+}
+
+// sendAnswer is the fields of a send's answer about one message.
+func (e sendEntry) sendAnswer(messageID string) obj {
+	out := obj{{"MessageId", messageID}, {"MD5OfMessageBody", md5Hex(e.body)}}
+	msg, sys := split(e.attrs)
+	if s := md5OfAttrs(msg); s != "" {
+		out = append(out, field{"MD5OfMessageAttributes", s})
+	}
+	if s := md5OfAttrs(sys); s != "" {
+		out = append(out, field{"MD5OfMessageSystemAttributes", s})
+	}
+	return out
 }
 
 // checkSend checks the parameters of one message, named with pfx in
@@ -88,11 +113,15 @@ func checkSend(p params, pfx string) (sendEntry, *apiError) {
 	if e.delay, aerr = p.num("DelaySeconds", 0, maxDelaySeconds, 0); aerr != nil {
 		return e, aerr
 	}
-	for _, f := range []string{"MessageAttributes", "MessageSystemAttributes"} {
-		if m, ok := p[f].(map[string]any); ok && len(m) > 0 {
-			return e, errf(codeInvalidParameterValue, "%s%s: message attributes are not kept by localcloud's SQS API yet; send the message without them (nothing was stored)", pfx, f)
-		}
+	attrs, size, aerr := sendAttrs(p, pfx)
+	if aerr != nil {
+		return e, aerr
 	}
+	if total := len(body) + size; total > queue.MaxPayloadBytes {
+		return e, errf(codeInvalidParameterValue, "one or more parameters are invalid. Reason: %sMessageBody and message attributes must be shorter than %d bytes together "+
+			"(localcloud's limit; SQS allows more), got %d bytes (body %d, attributes %d); nothing was stored", pfx, queue.MaxPayloadBytes+1, total, len(body), size)
+	}
+	e.attrs = attrs
 	for _, f := range []string{"MessageDeduplicationId", "MessageGroupId"} {
 		if p.given(f) {
 			return e, errf(codeInvalidParameterValue, "%s%s: the parameter is for FIFO queues, and localcloud's queues are standard queues; leave it out (nothing was stored)", pfx, f)
@@ -110,10 +139,15 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	if err := t.q.Send(ctx, queue.Text(e.body), queue.WithDelay(time.Duration(e.delay)*time.Second)); err != nil {
+	var r queue.SendResult
+	opts := []queue.SendOption{queue.WithDelay(time.Duration(e.delay) * time.Second), queue.WithSendResult(&r)}
+	if e.attrs != nil {
+		opts = append(opts, queue.WithAttributes(e.attrs))
+	}
+	if err := t.q.Send(ctx, queue.Text(e.body), opts...); err != nil {
 		return nil, queueFailed("SendMessage", err)
 	}
-	return obj{{"MD5OfMessageBody", md5Hex(e.body)}, {"MessageId", uuid.NewString()}}, nil
+	return e.sendAnswer(sentID(t.q, r.IDs[0])), nil
 }
 
 // checkBatch checks the entries of a batch request: 1..10, distinct ids of
@@ -187,23 +221,31 @@ func (s *Server) sendMessageBatch(ctx context.Context, c *call) (obj, *apiError)
 	for _, d := range delays {
 		group := byDelay[d]
 		ps := make([]queue.Payload, len(group))
+		as := make([]queue.Attributes, len(group))
+		anyAttrs := false
 		for i, e := range group {
-			ps[i] = queue.Text(e.body)
+			ps[i], as[i] = queue.Text(e.body), e.attrs
+			anyAttrs = anyAttrs || e.attrs != nil
 		}
-		err := t.q.SendBatch(ctx, ps, queue.WithDelay(time.Duration(d)*time.Second))
-		for _, e := range group {
+		var r queue.SendResult
+		opts := []queue.SendOption{queue.WithDelay(time.Duration(d) * time.Second), queue.WithSendResult(&r)}
+		if anyAttrs {
+			opts = append(opts, queue.WithAttributes(as...))
+		}
+		err := t.q.SendBatch(ctx, ps, opts...)
+		for i, e := range group {
 			if err != nil {
 				failed = append(failed, failedEntry(e.id, queueFailed("SendMessageBatch", err)))
 				continue
 			}
-			ok = append(ok, obj{{"Id", e.id}, {"MessageId", uuid.NewString()}, {"MD5OfMessageBody", md5Hex(e.body)}})
+			ok = append(ok, append(obj{{"Id", e.id}}, e.sendAnswer(sentID(t.q, r.IDs[i]))...))
 		}
 	}
 	return batchResult("SendMessageBatch", ok, failed), nil
 }
 
-// receiveAttrs are the message attributes ReceiveMessage can return.
-var receiveAttrs = []string{"ApproximateReceiveCount", "SentTimestamp", "SenderId"}
+// receiveAttrs are the message system attributes ReceiveMessage can return.
+var receiveAttrs = []string{"ApproximateReceiveCount", "SentTimestamp", "SenderId", traceHeader}
 
 func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 	t, aerr := s.queueOf(c)
@@ -233,6 +275,11 @@ func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 		}
 		names = append(names, ns...)
 	}
+	msgNames, aerr := c.p.strs("MessageAttributeNames")
+	if aerr != nil {
+		return nil, aerr
+	}
+	wantMsg := wantedOf(msgNames)
 	want := map[string]bool{}
 	for _, n := range names {
 		for _, a := range receiveAttrs {
@@ -266,8 +313,20 @@ func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 		if want["SenderId"] {
 			attrs["SenderId"] = AccountID
 		}
+		msgAttrs, sysAttrs := split(m.Attributes)
+		if v, ok := sysAttrs[traceHeader]; ok && want[traceHeader] {
+			attrs[traceHeader] = v.String
+		}
 		if len(attrs) > 0 {
 			e = append(e, field{"Attributes", newPairs("Attribute", "Name", "Value", attrs)})
+		}
+		if picked := wantMsg.pick(msgAttrs); len(picked) > 0 {
+			vals := make(map[string]any, len(picked))
+			for n, v := range picked {
+				vals[n] = attrValue(v)
+			}
+			e = append(e, field{"MD5OfMessageAttributes", md5OfAttrs(picked)},
+				field{"MessageAttributes", newPairs("MessageAttribute", "Name", "Value", vals)})
 		}
 		out.items = append(out.items, e)
 	}

@@ -126,6 +126,7 @@ func TestJSONProtocolRoundTrip(t *testing.T) {
 		t.Fatalf("QueueUrl = %v, want %s", out["QueueUrl"], e.url)
 	}
 	out = e.mustJSON("SendMessage", map[string]any{"QueueUrl": e.url, "MessageBody": "hello"})
+	sent := out
 	if out["MD5OfMessageBody"] != "5d41402abc4b2a76b9719d911017c592" {
 		t.Errorf("MD5OfMessageBody = %v", out["MD5OfMessageBody"])
 	}
@@ -145,6 +146,9 @@ func TestJSONProtocolRoundTrip(t *testing.T) {
 	attrs := m["Attributes"].(map[string]any)
 	if m["Body"] != "hello" || m["MD5OfBody"] != "5d41402abc4b2a76b9719d911017c592" || attrs["ApproximateReceiveCount"] != "1" || attrs["SentTimestamp"] == nil {
 		t.Fatalf("message = %v", m)
+	}
+	if m["MessageId"] != sent["MessageId"] {
+		t.Fatalf("received MessageId %v; SendMessage answered %v", m["MessageId"], sent["MessageId"])
 	}
 	receipt := m["ReceiptHandle"].(string)
 	// Visible again at once, then received again: the first receipt is stale.
