@@ -66,7 +66,7 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 		Retention:          jetstream.WorkQueuePolicy,
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
-		AllowDirect:        false,
+		AllowDirect:        replicas == 1, // AckBatch's reads (direct.go)
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
 		AllowMsgTTL:        true, // the dedup markers' (dedup.go)
@@ -121,6 +121,7 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), ident: serverIdentity(e.Conn), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
+	q.direct.on.Store(info.Config.AllowDirect && info.Config.Replicas <= 1)
 	if err := q.watchIncarnation(); err != nil { // incarnation.go
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
