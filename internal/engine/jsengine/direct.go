@@ -21,11 +21,16 @@ import (
 // plain queue's time per message with a get per message). One request
 // ($JS.API.DIRECT.GET.<stream>, batch, next_by_subj the due subject) from
 // the batch's lowest sequence returns the stored due messages in stream
-// order; a receipt's message is held if its sequence comes back. The
-// answer's end-of-batch status says how far it reached (no more pending:
-// to the stream's end; else to its last sequence), and the rest is asked
-// again from there, up to directRounds requests; what is still not
-// covered then is read with a get each.
+// order. First without headers (the server then builds none per message):
+// an answer of as many messages as the batch's range [lo, hi] has
+// sequences, whose end-of-batch status names hi as the last, shows every
+// sequence of the range stored on the due subject: all held (Consume's
+// acks come in such runs). Else again with headers: a receipt's message is
+// held if its sequence comes back; the end-of-batch status says how far
+// the answer reached (no more pending: to the stream's end; else to its
+// last sequence), and the rest is asked again from there, up to
+// directRounds requests; what is still not covered then is read with a
+// get each.
 //
 // Direct gets are answered by every replica of a stream, followers too,
 // which need not have applied the latest acks or sends (not
@@ -84,12 +89,13 @@ func (q *Queue) directHeld(ctx context.Context, seqs []uint64) (held []bool, ok 
 		return 0
 	})
 	held = make([]bool, len(seqs))
-	next := 0 // order[next:] not yet covered
-	for round := 0; next < len(order) && round < directRounds; round++ {
-		lo, hi := seqs[order[next]], seqs[order[len(order)-1]]
-		found := map[uint64]bool{}
+	// First without headers (the server then makes none per message):
+	// when the answer is as many messages as the range has sequences and
+	// ends at its last, every sequence of it is a stored due message.
+	lo, hi := seqs[order[0]], seqs[order[len(order)-1]]
+	if span := hi - lo + 1; span <= directBatch {
 		rctx, cancel := context.WithTimeout(ctx, readTry)
-		reach, err := q.directRange(rctx, lo, int(min(hi-lo+1, directBatch)), found)
+		r, err := q.directRange(rctx, lo, int(span), nil)
 		cancel()
 		if errors.Is(err, errNoDirect) {
 			q.direct.on.Store(false)
@@ -98,7 +104,29 @@ func (q *Queue) directHeld(ctx context.Context, seqs []uint64) (held []bool, ok 
 		if err != nil {
 			return nil, false, err
 		}
-		for next < len(order) && seqs[order[next]] <= reach {
+		if r.count == int(span) && r.last == hi {
+			for k := range held {
+				held[k] = true
+			}
+			directReads.Add(1)
+			return held, true, nil
+		}
+	}
+	next := 0 // order[next:] not yet covered
+	for round := 0; next < len(order) && round < directRounds; round++ {
+		lo := seqs[order[next]]
+		found := map[uint64]bool{}
+		rctx, cancel := context.WithTimeout(ctx, readTry)
+		r, err := q.directRange(rctx, lo, int(min(hi-lo+1, directBatch)), found)
+		cancel()
+		if errors.Is(err, errNoDirect) {
+			q.direct.on.Store(false)
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		for next < len(order) && seqs[order[next]] <= r.reach {
 			held[order[next]] = found[seqs[order[next]]]
 			next++
 		}
@@ -117,59 +145,87 @@ func (q *Queue) directHeld(ctx context.Context, seqs []uint64) (held []bool, ok 
 	return held, true, nil
 }
 
+// directAnswer is what one batched direct get returned: reach, the
+// highest sequence it covers (every due message stored from its first
+// sequence through reach came back); count, the messages; last, the
+// sequence of the last one.
+type directAnswer struct {
+	reach, last uint64
+	count       int
+}
+
 // directRange sends one batched direct get of up to n due messages from
-// sequence lo and records the sequences it returns in found. reach is the
-// highest sequence the answer covers: every due message stored from lo
-// through reach came back.
-func (q *Queue) directRange(ctx context.Context, lo uint64, n int, found map[uint64]bool) (reach uint64, err error) {
+// sequence lo. With found it asks for the messages' headers and records
+// their sequences in found; without, it asks for none (then only count,
+// last and a reach of "all" when none is stored from lo on are known).
+func (q *Queue) directRange(ctx context.Context, lo uint64, n int, found map[uint64]bool) (directAnswer, error) {
 	reply := nats.NewInbox()
 	ch := make(chan *nats.Msg, n+2)
 	sub, err := q.nc.ChanSubscribe(reply, ch)
 	if err != nil {
-		return 0, fmt.Errorf("read stream %s: %w", q.stream, err)
+		return directAnswer{}, fmt.Errorf("read stream %s: %w", q.stream, err)
 	}
 	defer sub.Unsubscribe()
 	req, err := json.Marshal(struct {
-		Seq      uint64 `json:"seq"`
-		NextFor  string `json:"next_by_subj"`
-		Batch    int    `json:"batch"`
-		MaxBytes int    `json:"max_bytes"`
-	}{lo, q.subject, n, directBytes})
+		Seq       uint64 `json:"seq"`
+		NextFor   string `json:"next_by_subj"`
+		Batch     int    `json:"batch"`
+		MaxBytes  int    `json:"max_bytes"`
+		NoHeaders bool   `json:"no_hdr,omitempty"`
+	}{lo, q.subject, n, directBytes, found == nil})
 	if err != nil {
-		return 0, fmt.Errorf("read stream %s: %w", q.stream, err)
+		return directAnswer{}, fmt.Errorf("read stream %s: %w", q.stream, err)
 	}
 	if err := q.nc.PublishRequest("$JS.API.DIRECT.GET."+q.stream, reply, req); err != nil {
-		return 0, fmt.Errorf("read stream %s: %w", q.stream, err)
+		return directAnswer{}, fmt.Errorf("read stream %s: %w", q.stream, err)
 	}
-	var last uint64
-	for got := 0; ; got++ {
+	var a directAnswer
+	fail := func(format string, args ...any) (directAnswer, error) {
+		return directAnswer{}, fmt.Errorf("read stream %s: a direct get from %d: %s", q.stream, lo, fmt.Sprintf(format, args...))
+	}
+	for {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("read stream %s: a direct get from %d: %w", q.stream, lo, ctx.Err())
+			return fail("%v", ctx.Err())
 		}
 		switch status := m.Header.Get("Status"); {
-		case status == "" && got < n:
+		case status == "" && a.count < n:
+			a.count++
+			if found == nil {
+				continue
+			}
 			seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-			if err != nil || seq < lo || seq <= last {
-				return 0, fmt.Errorf("read stream %s: a direct get from %d: a message with sequence %q", q.stream, lo, m.Header.Get("Nats-Sequence"))
+			if err != nil || seq < lo || seq <= a.last {
+				return fail("a message with sequence %q", m.Header.Get("Nats-Sequence"))
 			}
-			found[seq], last = true, seq
-		case status == "404" && got == 0: // none stored from lo on
-			return math.MaxUint64, nil
+			found[seq], a.last = true, seq
+		case status == "404" && a.count == 0: // none stored from lo on
+			a.reach = math.MaxUint64
+			return a, nil
 		case status == "204": // end of the batch
-			if m.Header.Get("Nats-Num-Pending") == "0" {
-				return math.MaxUint64, nil // none stored after the last
+			if found == nil {
+				last, err := strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+				if err != nil || a.count == 0 || last < lo {
+					return fail("an end of batch after %d messages with last sequence %q", a.count, m.Header.Get("Nats-Last-Sequence"))
+				}
+				a.last = last
+				return a, nil
 			}
-			if last == 0 {
-				return 0, fmt.Errorf("read stream %s: a direct get from %d: an empty batch with messages pending", q.stream, lo)
+			switch {
+			case m.Header.Get("Nats-Num-Pending") == "0":
+				a.reach = math.MaxUint64 // none stored after the last
+			case a.count == 0:
+				return fail("an empty batch with messages pending")
+			default:
+				a.reach = a.last
 			}
-			return last, nil
+			return a, nil
 		case status == "503":
-			return 0, errNoDirect
+			return directAnswer{}, errNoDirect
 		default:
-			return 0, fmt.Errorf("read stream %s: a direct get from %d: status %q %q after %d messages", q.stream, lo, status, m.Header.Get("Description"), got)
+			return fail("status %q %q after %d messages", status, m.Header.Get("Description"), a.count)
 		}
 	}
 }

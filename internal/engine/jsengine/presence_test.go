@@ -14,7 +14,8 @@ import (
 
 // TestAckBatchPresence: AckBatch's outcomes when its messages' presence
 // comes from one stream read (presence.go) and, with the deleted list over
-// its bound, from batched direct gets (R1, direct.go: a batch of 2 needs
+// its bound, from batched direct gets (R1, direct.go: without headers for a
+// range of stored due messages, else with; a batch of 2 needs
 // more than one request, of 1 more than directRounds, whose rest is a get
 // each) or from a get each: a live receipt of a message another handle
 // acked (it shared the receipt) or purged is gone; the others are current.
@@ -28,7 +29,7 @@ func TestAckBatchPresence(t *testing.T) {
 		maxDeleted uint64
 		direct     uint64 // the direct gets' batch; 0: off
 	}{
-		{"R1/OneRead", 1, 2048, 0}, {"R1/Direct", 1, 2, 2}, {"R1/DirectRounds", 1, 2, 1}, {"R1/GetEach", 1, 2, 0},
+		{"R1/OneRead", 1, 2048, 0}, {"R1/Direct", 1, 2, 256}, {"R1/DirectSmall", 1, 2, 2}, {"R1/DirectRounds", 1, 2, 1}, {"R1/GetEach", 1, 2, 0},
 		{"R3/OneRead", 3, 2048, 0}, {"R3/GetEach", 3, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +123,19 @@ func TestAckBatchPresence(t *testing.T) {
 			if !slices.Equal(got8, want8) {
 				t.Fatalf("AckBatch of eight after another handle acked the second: %v; want %v", got8, want8)
 			}
+			// Four in flight, none acked elsewhere: all current (R1/Direct:
+			// one direct get without headers).
+			if err := a.SendBatch(ctx, eight[:4]); err != nil {
+				t.Fatal(err)
+			}
+			ms4 := receive(4)
+			got4, err := a.AckBatch(ctx, []string{ms4[2].ReceiptHandle, ms4[0].ReceiptHandle, ms4[3].ReceiptHandle, ms4[1].ReceiptHandle})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want4 := slices.Repeat([]queue.AckOutcome{queue.AckCurrent}, 4); !slices.Equal(got4, want4) {
+				t.Fatalf("AckBatch of four: %v; want %v", got4, want4)
+			}
 			if err := a.SendBatch(ctx, []queue.Payload{queue.Text("p"), queue.Text("q")}); err != nil {
 				t.Fatal(err)
 			}
@@ -143,11 +157,11 @@ func TestAckBatchPresence(t *testing.T) {
 			if st.Total != 0 {
 				t.Fatalf("stats %+v after the purge; want an empty queue", st)
 			}
-			// Whether the direct reads served (at least the three batches
+			// Whether the direct reads served (at least the four batches
 			// over the bound) or, off, none.
 			served := jsengine.SetDirectGets(tc.direct > 0, 0) - reads
-			if tc.direct > 0 && served < 3 || tc.direct == 0 && served != 0 {
-				t.Fatalf("direct reads served %d AckBatch calls; want %s", served, map[bool]string{true: "at least 3", false: "none"}[tc.direct > 0])
+			if tc.direct > 0 && served < 4 || tc.direct == 0 && served != 0 {
+				t.Fatalf("direct reads served %d AckBatch calls; want %s", served, map[bool]string{true: "at least 4", false: "none"}[tc.direct > 0])
 			}
 		})
 	}
