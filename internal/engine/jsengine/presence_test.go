@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/internal/engine/jsengine"
@@ -164,5 +166,48 @@ func TestAckBatchPresence(t *testing.T) {
 				t.Fatalf("direct reads served %d AckBatch calls; want %s", served, map[bool]string{true: "at least 4", false: "none"}[tc.direct > 0])
 			}
 		})
+	}
+}
+
+// TestOpenTurnsOnDirect: a queue stream of one replica made without
+// AllowDirect (before AckBatch read with direct gets) gets it at Open; a
+// read-only Open changes nothing.
+func TestOpenTurnsOnDirect(t *testing.T) {
+	nc := connect(t)
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := freshName("olddirect")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "LCQ_" + loc, Subjects: []string{"lcq." + loc, "lcqs." + loc + ".>", "lcqd." + loc},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Replicas: 1,
+		AllowAtomicPublish: true, AllowMsgSchedules: true, AllowMsgTTL: true, Duplicates: 5 * time.Minute,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	direct := func() bool {
+		t.Helper()
+		st, err := js.Stream(ctx, "LCQ_"+loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.AllowDirect
+	}
+	ro, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, loc, queue.WithReadOnly())
+	if err == nil {
+		ro.Close()
+	}
+	if direct() {
+		t.Fatal("a read-only Open turned allow_direct on")
+	}
+	q, err := queue.OpenEngine(ctx, jsengine.QueueEngine{Conn: nc}, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if !direct() {
+		t.Fatal("Open left allow_direct off on a stream of one replica")
 	}
 }

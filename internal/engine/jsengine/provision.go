@@ -105,6 +105,17 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
+	if !cfg.ReadOnly && info.Config.Replicas <= 1 && !info.Config.AllowDirect {
+		// A stream of one replica made before AckBatch read with direct
+		// gets (direct.go): turn them on, else its reads stay a get each.
+		c := info.Config
+		c.AllowDirect = true
+		up, err := js.UpdateStream(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("open jetstream queue %q: turn on allow_direct: %w", cfg.Location, err)
+		}
+		info = up.CachedInfo()
+	}
 	if err := waitStreamLeader(ctx, st); err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
