@@ -17,8 +17,9 @@ import (
 //
 // First it reads, and acks nothing: whether each message is still stored
 // comes from one stream read for the whole batch (a presence,
-// presence.go), or from a get each when the stream's deleted list is too
-// long for that. An error here is AckBatch's error, and none was acked. A
+// presence.go), or when the stream's deleted list is too long for that
+// from batched direct gets on a stream of one replica (direct.go), else a
+// get each. An error here is AckBatch's error, and none was acked. A
 // receipt twice in one batch, or two receipts of one message, ack it once:
 // the later ones are AckGone.
 //
@@ -118,7 +119,9 @@ func (q *Queue) AckBatch(ctx context.Context, receipts []string) ([]driver.AckOu
 }
 
 // held reads whether the stream still holds the message of each receipt
-// rs[i], i in idx: one presence for the batch, or a get each.
+// rs[i], i in idx: one presence for the batch; when the stream's deleted
+// list is too long for one, batched direct gets (direct.go); else a get
+// each.
 func (q *Queue) held(ctx context.Context, idx []int, rs []receipt) ([]bool, error) {
 	held := make([]bool, len(rs))
 	var p *presence
@@ -133,6 +136,22 @@ func (q *Queue) held(ctx context.Context, idx []int, rs []receipt) ([]bool, erro
 			held[i] = p.holds(rs[i].seq)
 		}
 		return held, nil
+	}
+	if len(idx) > 1 {
+		seqs := make([]uint64, len(idx))
+		for k, i := range idx {
+			seqs[k] = rs[i].seq
+		}
+		h, ok, err := q.directHeld(ctx, seqs) // direct.go
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			for k, i := range idx {
+				held[i] = h[k]
+			}
+			return held, nil
+		}
 	}
 	err := parallel(len(idx), func(k int) error {
 		i := idx[k]

@@ -24,11 +24,20 @@ import (
 //
 //	go test -run '^$' -bench DelayedBacklog -benchtime 1000x ./internal/engine/jsengine
 //
-// Measured (2 shared cores, load 15-19, as printed): delayed=0 118452
-// ns/op, delayed=100000 294349 ns/op (2.5x: the target is missed; the
-// loading of 100,000 schedules took 16.5 s). Where the time goes was not
-// determined (the server runs in this process; a profile of the whole run
-// is dominated by the loading).
+// Measured (2 shared cores, as printed, the test binaries of main before
+// and after direct.go run one after the other, 1000x):
+//
+//	load 4.9-6.7     delayed=0 ns/op  delayed=100000 ns/op  ratio
+//	before run 1     163817           192158                1.17
+//	after  run 1     163130           162854                1.00
+//	before run 2     153918           215271                1.40
+//	after  run 2     152269           203934                1.34
+//	before run 3     145121           207348                1.43
+//	after  run 3     134283           168132                1.25
+//
+// At load 11-12 before: 138067 / 651476 (4.7x), after: 251229 / 201036
+// (0.8x). The untimed AckBatch's get per message (direct.go) slowed the
+// timed receives too; where in the server was not traced.
 func BenchmarkDelayedBacklog(b *testing.B) {
 	delayed := benchEnvInt(b, "LC_BENCH_DELAYED", 100_000)
 	due := benchEnvInt(b, "LC_BENCH_DUE", 20_000)

@@ -37,3 +37,14 @@ func RefuseAck(name string, seq uint64) (undo func()) {
 		refusing.Add(-1)
 	}
 }
+
+// SetDirectGets turns AckBatch's direct reads (direct.go) on or off and
+// sets the most messages one asks for (0: keep); it returns how many
+// AckBatch reads they served so far.
+func SetDirectGets(on bool, batch uint64) int64 {
+	directGets.Store(on)
+	if batch > 0 {
+		directBatch = batch
+	}
+	return directReads.Load()
+}

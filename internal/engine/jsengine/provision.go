@@ -66,7 +66,7 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 		Retention:          jetstream.WorkQueuePolicy,
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
-		AllowDirect:        false,
+		AllowDirect:        replicas == 1, // AckBatch's reads (direct.go)
 		AllowAtomicPublish: true,
 		AllowMsgSchedules:  true,
 		AllowMsgTTL:        true, // the dedup markers' (dedup.go)
@@ -105,6 +105,17 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
+	if !cfg.ReadOnly && info.Config.Replicas <= 1 && !info.Config.AllowDirect {
+		// A stream of one replica made before AckBatch read with direct
+		// gets (direct.go): turn them on, else its reads stay a get each.
+		c := info.Config
+		c.AllowDirect = true
+		up, err := js.UpdateStream(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("open jetstream queue %q: turn on allow_direct: %w", cfg.Location, err)
+		}
+		info = up.CachedInfo()
+	}
 	if err := waitStreamLeader(ctx, st); err != nil {
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}
@@ -121,6 +132,7 @@ func (e QueueEngine) Open(ctx context.Context, cfg driver.Config) (driver.Queue,
 		stream: want.Name, dedupWindow: info.Config.Duplicates, notifier: cfg.Notifier, dl: dl, readOnly: cfg.ReadOnly,
 		url: e.Conn.ConnectedUrlRedacted(), ident: serverIdentity(e.Conn), done: make(chan struct{}), wake: make(chan struct{}),
 		dead: map[string]time.Time{}, extended: map[string]time.Time{}, nacked: map[uint64]time.Time{}}
+	q.direct.on.Store(info.Config.AllowDirect && info.Config.Replicas <= 1)
 	if err := q.watchIncarnation(); err != nil { // incarnation.go
 		return nil, fmt.Errorf("open jetstream queue %q: %w", cfg.Location, err)
 	}

@@ -71,6 +71,8 @@ type Queue struct {
 	ident string
 	// presence: how AckBatch reads the stream (presence.go).
 	presence presenceState
+	// direct: whether AckBatch may read with direct gets (direct.go).
+	direct directState
 	// inc: the consumer's incarnation, which receipts carry
 	// (incarnation.go).
 	inc      incarnations
