@@ -28,9 +28,17 @@ import (
 // binary is the localcloud binary built once by TestMain.
 var binary string
 
+// binaryEnv names a prebuilt localcloud binary that TestMain uses instead
+// of building one: BenchmarkSQS of two builds with the same client code.
+const binaryEnv = "LOCALCLOUD_SQSSDK_BINARY"
+
 func TestMain(m *testing.M) {
 	if role := os.Getenv(helperEnv); role != "" {
 		os.Exit(runHelper(role))
+	}
+	if bin := os.Getenv(binaryEnv); bin != "" {
+		binary = bin // a prebuilt localcloud, e.g. main's for a before/after benchmark
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "sqssdk-bin-")
 	if err != nil {
