@@ -16,6 +16,7 @@ package sqsapi
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -171,7 +173,7 @@ type call struct {
 
 // ServeHTTP answers one SQS request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reqID := uuid.NewString()
+	reqID := newRequestID()
 	pr := protoQuery
 	target := r.Header.Get("X-Amz-Target")
 	if target != "" || strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-amz-json") {
@@ -222,8 +224,12 @@ func (s *Server) decode(r *http.Request, pr proto, target string) (*call, *apiEr
 		if err != nil {
 			return nil, errf(codeInvalidParameterValue, "the request body is not a form (application/x-www-form-urlencoded): %v", err)
 		}
-		for k, v := range bf {
-			form[k] = append(form[k], v...)
+		if len(form) == 0 {
+			form = bf // the usual POST: everything is in the body
+		} else {
+			for k, v := range bf {
+				form[k] = append(form[k], v...)
+			}
 		}
 	}
 	c.op = form.Get("Action")
@@ -352,4 +358,28 @@ func queueFailed(op string, err error) *apiError {
 		return errf(codeServiceUnavailable, "%s: the request ended before the queue answered: %v", op, err)
 	}
 	return errf(codeInternalFailure, "%s: %v", op, err)
+}
+
+// requestIDs makes the x-amzn-RequestId of each request: a version 4
+// UUID of a random prefix, drawn once per process, and a counter. It is
+// for clients' logs only, so it needs to be unique, not unpredictable,
+// and a request then reads no randomness of the system.
+var requestIDs struct {
+	prefix [8]byte
+	seq    atomic.Uint64
+}
+
+func init() {
+	p := uuid.New()
+	copy(requestIDs.prefix[:], p[:8])
+}
+
+// newRequestID is the next request's x-amzn-RequestId.
+func newRequestID() string {
+	var u uuid.UUID
+	copy(u[:8], requestIDs.prefix[:])
+	binary.BigEndian.PutUint64(u[8:], requestIDs.seq.Add(1))
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u.String()
 }

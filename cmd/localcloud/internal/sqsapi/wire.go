@@ -74,13 +74,14 @@ func decodeQuery(form url.Values) (params, *apiError) {
 		if key == "Action" || key == "Version" || len(vals) == 0 {
 			continue
 		}
-		segs := strings.Split(key, ".")
 		cur := root
-		for i, s := range segs {
+		for rest, more := key, true; more; {
+			var s string
+			s, rest, more = strings.Cut(rest, ".")
 			if s == "member" || s == "entry" {
 				continue
 			}
-			if i == len(segs)-1 {
+			if !more {
 				cur[s] = vals[0]
 				break
 			}
@@ -345,6 +346,12 @@ func writeJSON(b *bytes.Buffer, v any) {
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
+	if plain(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	enc := json.NewEncoder(b)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)
@@ -369,13 +376,21 @@ func writeXML(b *bytes.Buffer, v any) {
 		}
 	case pairs:
 		for _, k := range x.keys {
-			b.WriteString("<" + x.item + ">")
+			b.WriteByte('<')
+			b.WriteString(x.item)
+			b.WriteByte('>')
 			elem(b, x.key, k)
 			elem(b, x.val, x.vals[k])
-			b.WriteString("</" + x.item + ">")
+			b.WriteString("</")
+			b.WriteString(x.item)
+			b.WriteByte('>')
 		}
 	case string:
-		_ = xml.EscapeText(b, []byte(x))
+		if plain(x) {
+			b.WriteString(x)
+		} else {
+			_ = xml.EscapeText(b, []byte(x))
+		}
 	case int:
 		b.WriteString(strconv.Itoa(x))
 	case bool:
@@ -386,9 +401,28 @@ func writeXML(b *bytes.Buffer, v any) {
 }
 
 func elem(b *bytes.Buffer, name string, v any) {
-	b.WriteString("<" + name + ">")
+	b.WriteByte('<')
+	b.WriteString(name)
+	b.WriteByte('>')
 	writeXML(b, v)
-	b.WriteString("</" + name + ">")
+	b.WriteString("</")
+	b.WriteString(name)
+	b.WriteByte('>')
+}
+
+// plain reports whether s is printable ASCII that neither XML nor JSON
+// escapes (no <, >, &, quotes or backslash): most names, ids, receipts,
+// hashes and many bodies, written as they are.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e:
+			return false
+		case c == '<' || c == '>' || c == '&' || c == '\'' || c == '"' || c == '\\':
+			return false
+		}
+	}
+	return true
 }
 
 // proto is the wire protocol of one request.
@@ -446,7 +480,12 @@ func writeError(w http.ResponseWriter, pr proto, reqID string, e *apiError) {
 
 // readBody reads at most limit bytes of the request body.
 func readBody(r *http.Request, limit int64) ([]byte, *apiError) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf.Grow(int(n) + 1) // +1: the read that finds the end
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	body := buf.Bytes()
 	if err != nil {
 		return nil, errf(codeInvalidParameterValue, "read the request body: %v", err)
 	}
