@@ -250,6 +250,7 @@ type floorMsg struct {
 	typ     string
 	data    string
 	attempt int64
+	attrs   sql.NullString // the engine's claim returns the message's attributes too (lc_attributes)
 }
 
 // drain claims up to 10 and deletes them in one transaction until n were
@@ -280,7 +281,7 @@ func (f *floorStore) drain(n int) error {
 			lease := now.Add(30 * time.Second).UnixMilli()
 			for _, id := range ids {
 				m := floorMsg{id: id, receipt: uuid.NewString()}
-				if err := f.claim.QueryRowContext(ctx, lease, m.receipt, id).Scan(&m.typ, &m.data, &m.attempt); err != nil {
+				if err := f.claim.QueryRowContext(ctx, lease, m.receipt, id).Scan(&m.typ, &m.data, &m.attempt, &m.attrs); err != nil {
 					return err
 				}
 				msgs = append(msgs, m)
