@@ -207,17 +207,20 @@ func (q CreatedQueue) Check() error {
 	return nil
 }
 
+// ErrSQSTagLimit is wrapped by the errors of CheckSQSTags.
+var ErrSQSTagLimit = errors.New("tags beyond SQS's limits")
+
 // CheckSQSTags checks a queue's tags against SQS's limits.
 func CheckSQSTags(tags map[string]string) error {
 	if len(tags) > MaxSQSTags {
-		return fmt.Errorf("a queue has at most %d tags, got %d", MaxSQSTags, len(tags))
+		return fmt.Errorf("%w: a queue has at most %d tags, got %d", ErrSQSTagLimit, MaxSQSTags, len(tags))
 	}
 	for k, v := range tags {
 		if len(k) < 1 || len(k) > MaxSQSTagKeyLength {
-			return fmt.Errorf("a tag key is 1 to %d characters, got %d (%q)", MaxSQSTagKeyLength, len(k), k)
+			return fmt.Errorf("%w: a tag key is 1 to %d characters, got %d (%q)", ErrSQSTagLimit, MaxSQSTagKeyLength, len(k), k)
 		}
 		if len(v) > MaxSQSTagValueLen {
-			return fmt.Errorf("a tag value is at most %d characters, got %d (tag %s)", MaxSQSTagValueLen, len(v), k)
+			return fmt.Errorf("%w: a tag value is at most %d characters, got %d (tag %s)", ErrSQSTagLimit, MaxSQSTagValueLen, len(v), k)
 		}
 	}
 	return nil
