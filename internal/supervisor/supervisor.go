@@ -364,6 +364,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			rb.RetryDelayMs = b.RetryDelay.Milliseconds()
 			rb.MaxRetryDelayMs = b.MaxRetryDelay.Milliseconds()
 			rb.DedupWindowMs = b.DedupWindow.Milliseconds()
+			rb.CreatedBySQS = b.Created
 		}
 		rt.Bindings = append(rt.Bindings, rb)
 	}

@@ -1,0 +1,194 @@
+package sqssdk
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/localcloud/localcloud/bindings/queue"
+)
+
+// TestCreatedQueueLifecycle: a queue created through the SQS API (Go SDK,
+// JSON protocol) is a persistent queue on the stack's engine, seen by
+// status, the CLI, the explorer and a Go app using queue.FromEnv; it keeps
+// its messages, attributes and tags across restarts of up; DeleteQueue
+// removes it for good, on a file stack and a JetStream stack.
+func TestCreatedQueueLifecycle(t *testing.T) {
+	for _, name := range []string{"file", "jetstream"} {
+		t.Run(name, func(t *testing.T) {
+			s := startStack(t, "explorer:\n  listen: 127.0.0.1:0\n", engines[name])
+			ctx := ctxOf(t)
+			c := s.client()
+			const qn = "jobs-created"
+			cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(qn),
+				Attributes: map[string]string{"VisibilityTimeout": "40", "ReceiveMessageWaitTimeSeconds": "1",
+					"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":5}`},
+				Tags: map[string]string{"team": "blue"}})
+			if err != nil {
+				t.Fatalf("CreateQueue: %v\n%s", err, s.log())
+			}
+			u := cq.QueueUrl
+			if *u != s.endpoint+"/000000000000/"+qn {
+				t.Fatalf("QueueUrl = %s", *u)
+			}
+			for _, body := range []string{"first", "second"} {
+				if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: u, MessageBody: aws.String(body)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: u, WaitTimeSeconds: 5})
+			if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "first" {
+				t.Fatalf("receive = %+v, %v", out, err)
+			}
+			if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: u, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.TagQueue(ctx, &sqs.TagQueueInput{QueueUrl: u, Tags: map[string]string{"env": "test"}}); err != nil {
+				t.Fatal(err)
+			}
+			// Every tool sees it: status, the CLI, the explorer, FromEnv.
+			var st struct {
+				Bindings []struct {
+					Name, Engine string
+					CreatedBySqs bool `json:"createdBySqs"`
+				}
+			}
+			if err := json.Unmarshal([]byte(s.lc(t, "status", "--json")), &st); err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, b := range st.Bindings {
+				if b.Name == qn {
+					found = b.CreatedBySqs && (name == "file") == (b.Engine == "")
+				}
+			}
+			if !found {
+				t.Fatalf("status --json: %+v", st)
+			}
+			if peek := s.lc(t, "queue", "peek", qn); !strings.Contains(peek, "second") {
+				t.Fatalf("queue peek:\n%s", peek)
+			}
+			if stats := s.lc(t, "queue", "stats", qn); !strings.Contains(stats, "1") {
+				t.Fatalf("queue stats:\n%s", stats)
+			}
+			var page struct {
+				Messages []struct{ Payload, State string }
+			}
+			explorerGet(t, s.explorer+"/api/queues/"+qn+"/messages", &page)
+			if len(page.Messages) != 1 || page.Messages[0].Payload != "second" {
+				t.Fatalf("the explorer shows %+v", page)
+			}
+			var env map[string]string
+			if err := json.Unmarshal([]byte(s.lc(t, "env", "--json")), &env); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			app, err := queue.FromEnv(ctx, qn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := app.Send(ctx, queue.Text("from the Go app")); err != nil {
+				t.Fatal(err)
+			}
+			_ = app.Close()
+
+			s.stop(t)
+			s.start(t)
+			c = s.client()
+			u = aws.String(s.endpoint + "/000000000000/" + qn)
+			got, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(qn)})
+			if err != nil || *got.QueueUrl != *u {
+				t.Fatalf("after a restart GetQueueUrl = %v, %v\n%s", got, err, s.log())
+			}
+			attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: u, AttributeNames: []types.QueueAttributeName{"All"}})
+			if err != nil || attrs.Attributes["VisibilityTimeout"] != "40" || attrs.Attributes["ApproximateNumberOfMessages"] != "2" ||
+				!strings.Contains(attrs.Attributes["RedrivePolicy"], "orders-dlq") || attrs.Attributes["ReceiveMessageWaitTimeSeconds"] != "1" {
+				t.Fatalf("after a restart attributes = %+v, %v", attrs, err)
+			}
+			tags, err := c.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: u})
+			if err != nil || fmt.Sprint(tags.Tags) != "map[env:test team:blue]" {
+				t.Fatalf("after a restart tags = %+v, %v", tags, err)
+			}
+			var bodies []string
+			for len(bodies) < 2 {
+				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: u, MaxNumberOfMessages: 10, WaitTimeSeconds: 5})
+				if err != nil || len(out.Messages) == 0 {
+					t.Fatalf("after a restart receive = %+v, %v (have %v)", out, err, bodies)
+				}
+				for _, m := range out.Messages {
+					bodies = append(bodies, *m.Body)
+				}
+			}
+			if strings.Join(bodies, ",") != "second,from the Go app" {
+				t.Fatalf("after a restart: %v", bodies)
+			}
+			// A stack binding is never deleted.
+			if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(s.endpoint + "/000000000000/orders")}); apiCode(err) != "AWS.SimpleQueueService.UnsupportedOperation" {
+				t.Fatalf("DeleteQueue of a stack binding = %v (%s)", err, apiCode(err))
+			}
+			if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: u}); err != nil {
+				t.Fatal(err)
+			}
+			gone := func(when string) {
+				t.Helper()
+				if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(qn)}); apiCode(err) != "AWS.SimpleQueueService.NonExistentQueue" {
+					t.Fatalf("%s: GetQueueUrl = %v (%s)", when, err, apiCode(err))
+				}
+				if out := s.lc(t, "status", "--json"); strings.Contains(out, qn) {
+					t.Fatalf("%s: status shows it:\n%s", when, out)
+				}
+				cmd := exec.Command(binary, "queue", "peek", qn, "-f", s.file)
+				if out, err := cmd.CombinedOutput(); err == nil {
+					t.Fatalf("%s: queue peek works:\n%s", when, out)
+				}
+			}
+			gone("after DeleteQueue")
+			s.stop(t)
+			s.start(t)
+			c = s.client()
+			gone("after a restart")
+			if matches, _ := filepath.Glob(filepath.Join(s.dir, ".localcloud", "queue", qn)); len(matches) != 0 {
+				t.Fatalf("store left: %v", matches)
+			}
+		})
+	}
+}
+
+// TestCreateQueueLoop is a test suite's pattern: a queue per test with a
+// random name, created, used and deleted, 200 times.
+func TestCreateQueueLoop(t *testing.T) {
+	s := startStack(t, "", engines["file"])
+	ctx := ctxOf(t)
+	c := s.client()
+	const n = 200
+	var total time.Duration
+	for i := range n {
+		start := time.Now()
+		cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("test-%d-%d", time.Now().UnixNano(), i))})
+		total += time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: cq.QueueUrl, MessageBody: aws.String("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: cq.QueueUrl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("CreateQueue through up: %v mean over %d creates", total/n, n)
+	l, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
+	if err != nil || len(l.QueueUrls) != 2 {
+		t.Fatalf("ListQueues after the loop = %+v, %v", l, err)
+	}
+}
