@@ -3,6 +3,7 @@ package sqssdk
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -190,5 +191,62 @@ func TestCreateQueueLoop(t *testing.T) {
 	l, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
 	if err != nil || len(l.QueueUrls) != 2 {
 		t.Fatalf("ListQueues after the loop = %+v, %v", l, err)
+	}
+}
+
+// TestAWSCLICreatedQueue: Debian's AWS CLI (the Query protocol) creates a
+// tagged queue, tags and untags it, lists it and deletes it.
+func TestAWSCLICreatedQueue(t *testing.T) {
+	awsBin := "/usr/bin/aws"
+	if _, err := os.Stat(awsBin); err != nil {
+		awsBin = need(t, "aws", "Debian's awscli")
+	}
+	s := startStack(t, "", engines["file"])
+	run := func(args ...string) (map[string]any, error) {
+		t.Helper()
+		cmd := exec.Command(awsBin, append([]string{"--endpoint-url", s.endpoint, "--region", "us-east-1", "--output", "json", "sqs"}, args...)...)
+		cmd.Env = append(cleanAWSEnv(), "AWS_ACCESS_KEY_ID=localcloud", "AWS_SECRET_ACCESS_KEY=localcloud", "AWS_PAGER=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("aws sqs %v: %v\n%s", args, err, out)
+		}
+		m := map[string]any{}
+		if len(strings.TrimSpace(string(out))) > 0 {
+			if err := json.Unmarshal(out, &m); err != nil {
+				return nil, fmt.Errorf("aws sqs %v: %v\n%s", args, err, out)
+			}
+		}
+		return m, nil
+	}
+	must := func(args ...string) map[string]any {
+		t.Helper()
+		m, err := run(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	q := must("create-queue", "--queue-name", "cli-made", "--attributes", "VisibilityTimeout=20,DelaySeconds=0", "--tags", "owner=cli")["QueueUrl"].(string)
+	must("tag-queue", "--queue-url", q, "--tags", "a=1,b=2")
+	must("untag-queue", "--queue-url", q, "--tag-keys", "a")
+	if tags := must("list-queue-tags", "--queue-url", q)["Tags"]; fmt.Sprint(tags) != "map[b:2 owner:cli]" {
+		t.Fatalf("tags = %v", tags)
+	}
+	if _, err := run("create-queue", "--queue-name", "cli-made", "--attributes", "VisibilityTimeout=21"); err == nil || !strings.Contains(err.Error(), "QueueAlreadyExists") {
+		t.Fatalf("create with other attributes: %v", err)
+	}
+	if _, err := run("create-queue", "--queue-name", "bad.name"); err == nil || !strings.Contains(err.Error(), "InvalidParameterValue") {
+		t.Fatalf("create of an invalid name: %v", err)
+	}
+	must("send-message", "--queue-url", q, "--message-body", "via the CLI")
+	if peek := s.lc(t, "queue", "peek", "cli-made"); !strings.Contains(peek, "via the CLI") {
+		t.Fatalf("peek:\n%s", peek)
+	}
+	if l := must("list-queues", "--queue-name-prefix", "cli-")["QueueUrls"]; fmt.Sprint(l) != fmt.Sprint([]any{q}) {
+		t.Fatalf("list-queues = %v", l)
+	}
+	must("delete-queue", "--queue-url", q)
+	if _, err := run("get-queue-url", "--queue-name", "cli-made"); err == nil || !strings.Contains(err.Error(), "NonExistentQueue") {
+		t.Fatalf("get-queue-url after delete-queue: %v", err)
 	}
 }
