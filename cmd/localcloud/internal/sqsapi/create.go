@@ -136,6 +136,14 @@ func (s *Server) redriveOf(q *config.CreatedQueue, policy string) (*config.Bindi
 	return &dl.b, nil
 }
 
+// delayOf is a send's delay: the one asked, else the queue's DelaySeconds.
+func delayOf(p params, t *target, asked int) int {
+	if p.given("DelaySeconds") {
+		return asked
+	}
+	return t.b.SQS.DelaySeconds
+}
+
 // admin is the Source's Admin, or the refusal of op.
 func (s *Server) admin(op string) (Admin, *apiError) {
 	a, ok := s.opts.Source.(Admin)

@@ -174,3 +174,17 @@ func TestCreateDeleteLoop(t *testing.T) {
 		t.Fatalf("queue folders left: %d", len(entries))
 	}
 }
+
+// TestCreatedQueueDelaySeconds: a send without DelaySeconds takes the
+// queue's, one with DelaySeconds its own.
+func TestCreatedQueueDelaySeconds(t *testing.T) {
+	e := newEnv(t)
+	u := e.mustJSON("CreateQueue", map[string]any{"QueueName": "slow", "Attributes": map[string]string{"DelaySeconds": "600"}})["QueueUrl"]
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": u, "MessageBody": "later"})
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": u, "MessageBody": "now", "DelaySeconds": 0})
+	e.mustJSON("SendMessageBatch", map[string]any{"QueueUrl": u, "Entries": []any{map[string]any{"Id": "a", "MessageBody": "later too"}}})
+	a := e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": u, "AttributeNames": []string{"All"}})["Attributes"].(map[string]any)
+	if a["ApproximateNumberOfMessagesDelayed"] != "2" || a["ApproximateNumberOfMessages"] != "1" || a["DelaySeconds"] != "600" {
+		t.Fatalf("attributes = %v", a)
+	}
+}

@@ -110,6 +110,7 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	e.delay = delayOf(c.p, t, e.delay)
 	if err := t.q.Send(ctx, queue.Text(e.body), queue.WithDelay(time.Duration(e.delay)*time.Second)); err != nil {
 		return nil, queueFailed("SendMessage", err)
 	}
@@ -179,6 +180,7 @@ func (s *Server) sendMessageBatch(ctx context.Context, c *call) (obj, *apiError)
 			continue
 		}
 		e.id = ids[i]
+		e.delay = delayOf(p, t, e.delay)
 		if _, seen := byDelay[e.delay]; !seen {
 			delays = append(delays, e.delay)
 		}
@@ -218,7 +220,7 @@ func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	wait, aerr := c.p.num("WaitTimeSeconds", 0, maxWaitSeconds, 0)
+	wait, aerr := c.p.num("WaitTimeSeconds", 0, maxWaitSeconds, t.b.SQS.WaitTimeSeconds)
 	if aerr != nil {
 		return nil, aerr
 	}
