@@ -188,3 +188,18 @@ func TestCreatedQueueDelaySeconds(t *testing.T) {
 		t.Fatalf("attributes = %v", a)
 	}
 }
+
+// BenchmarkCreateQueue measures a CreateQueue of a new name through the
+// JSON protocol, answered once up serves the queue (file stack); the
+// DeleteQueue after each is outside the timing.
+func BenchmarkCreateQueue(b *testing.B) {
+	e := newEnv(b)
+	i := 0
+	for b.Loop() {
+		i++
+		out := e.mustJSON("CreateQueue", map[string]any{"QueueName": fmt.Sprint("bench-", i)})
+		b.StopTimer()
+		e.mustJSON("DeleteQueue", map[string]any{"QueueUrl": out["QueueUrl"]})
+		b.StartTimer()
+	}
+}
