@@ -74,6 +74,9 @@ func TestCreatedQueueLifecycle(t *testing.T) {
 			if !found {
 				t.Fatalf("status --json: %+v", st)
 			}
+			if text := s.lc(t, "status"); !strings.Contains(text, "queue (SQS)") {
+				t.Fatalf("status does not mark the created queue:\n%s", text)
+			}
 			if peek := s.lc(t, "queue", "peek", qn); !strings.Contains(peek, "second") {
 				t.Fatalf("queue peek:\n%s", peek)
 			}
@@ -160,6 +163,18 @@ func TestCreatedQueueLifecycle(t *testing.T) {
 			gone("after a restart")
 			if matches, _ := filepath.Glob(filepath.Join(s.dir, ".localcloud", "queue", qn)); len(matches) != 0 {
 				t.Fatalf("store left: %v", matches)
+			}
+			// Created again, it is empty: the old store (file or stream) is gone.
+			cq, err = c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(qn)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			attrs, err = c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: cq.QueueUrl, AttributeNames: []types.QueueAttributeName{"All"}})
+			if err != nil || attrs.Attributes["ApproximateNumberOfMessages"] != "0" || attrs.Attributes["VisibilityTimeout"] != "30" {
+				t.Fatalf("created again: %+v, %v", attrs, err)
+			}
+			if tags, err := c.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: cq.QueueUrl}); err != nil || len(tags.Tags) != 0 {
+				t.Fatalf("created again, tags = %+v, %v", tags, err)
 			}
 		})
 	}
