@@ -136,6 +136,21 @@ func (s *Server) redriveOf(q *config.CreatedQueue, policy string) (*config.Bindi
 	return &dl.b, nil
 }
 
+// vanished turns the server-side failure of an operation on a queue that
+// DeleteQueue deleted meanwhile (its handle closed under the request, a
+// long poll for one) into SQS's answer for a deleted queue.
+func (s *Server) vanished(c *call) func(obj, *apiError) (obj, *apiError) {
+	return func(out obj, aerr *apiError) (obj, *apiError) {
+		if aerr == nil || !aerr.code.server {
+			return out, aerr
+		}
+		if _, gone := s.queueOf(c); gone != nil && gone.code == codeQueueDoesNotExist {
+			return nil, gone
+		}
+		return out, aerr
+	}
+}
+
 // delayOf is a send's delay: the one asked, else the queue's DelaySeconds.
 func delayOf(p params, t *target, asked int) int {
 	if p.given("DelaySeconds") {

@@ -203,3 +203,22 @@ func BenchmarkCreateQueue(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestDeleteQueueDuringALongPoll: a ReceiveMessage waiting on a queue that
+// DeleteQueue deletes answers QueueDoesNotExist, as SQS, not a failure of
+// the closed store. (The pause lets the receive start waiting first; in
+// the other order the answer must be the same.)
+func TestDeleteQueueDuringALongPoll(t *testing.T) {
+	e := newEnv(t)
+	u := e.mustJSON("CreateQueue", map[string]any{"QueueName": "lp"})["QueueUrl"]
+	done := make(chan string, 1)
+	go func() {
+		st, out, qe := e.callJSON("ReceiveMessage", map[string]any{"QueueUrl": u, "WaitTimeSeconds": 20})
+		done <- fmt.Sprint(st, " ", qe, " ", out["message"])
+	}()
+	time.Sleep(200 * time.Millisecond)
+	e.mustJSON("DeleteQueue", map[string]any{"QueueUrl": u})
+	if got := <-done; !strings.HasPrefix(got, "400 AWS.SimpleQueueService.NonExistentQueue") {
+		t.Fatalf("the waiting receive answered %s", got)
+	}
+}

@@ -280,7 +280,7 @@ func (s *Server) dispatch(ctx context.Context, c *call) (obj, *apiError) {
 	if !ok {
 		return nil, errf(codeInvalidAction, "the action %s is not valid for this endpoint", c.op)
 	}
-	return h(s, ctx, c)
+	return s.vanished(c)(h(s, ctx, c))
 }
 
 // target is the queue a request names.
