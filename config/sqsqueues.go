@@ -207,20 +207,21 @@ func (q CreatedQueue) Check() error {
 	return nil
 }
 
-// ErrSQSTagLimit is wrapped by the errors of CheckSQSTags.
-var ErrSQSTagLimit = errors.New("tags beyond SQS's limits")
+// ErrSQSLimit is wrapped by the errors of CheckSQSTags and by those of a
+// CreateQueue beyond MaxCreatedQueues.
+var ErrSQSLimit = errors.New("beyond the SQS API's limits")
 
 // CheckSQSTags checks a queue's tags against SQS's limits.
 func CheckSQSTags(tags map[string]string) error {
 	if len(tags) > MaxSQSTags {
-		return fmt.Errorf("%w: a queue has at most %d tags, got %d", ErrSQSTagLimit, MaxSQSTags, len(tags))
+		return fmt.Errorf("%w: a queue has at most %d tags, got %d", ErrSQSLimit, MaxSQSTags, len(tags))
 	}
 	for k, v := range tags {
 		if len(k) < 1 || len(k) > MaxSQSTagKeyLength {
-			return fmt.Errorf("%w: a tag key is 1 to %d characters, got %d (%q)", ErrSQSTagLimit, MaxSQSTagKeyLength, len(k), k)
+			return fmt.Errorf("%w: a tag key is 1 to %d characters, got %d (%q)", ErrSQSLimit, MaxSQSTagKeyLength, len(k), k)
 		}
 		if len(v) > MaxSQSTagValueLen {
-			return fmt.Errorf("%w: a tag value is at most %d characters, got %d (tag %s)", ErrSQSTagLimit, MaxSQSTagValueLen, len(v), k)
+			return fmt.Errorf("%w: a tag value is at most %d characters, got %d (tag %s)", ErrSQSLimit, MaxSQSTagValueLen, len(v), k)
 		}
 	}
 	return nil

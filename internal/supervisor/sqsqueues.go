@@ -49,6 +49,9 @@ func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tag
 		// In the file but shadowed or refused at load: never two entries.
 		return fmt.Errorf("queue %s is in %s but not served (see up's log): %w", q.Name, config.SQSStatePath(s.dataDir), ErrQueueExists)
 	}
+	if len(st.Queues) >= config.MaxCreatedQueues {
+		return fmt.Errorf("%w: at most %d queues are created through the SQS API, got %d already; delete some", config.ErrSQSLimit, config.MaxCreatedQueues, len(st.Queues))
+	}
 	st.Queues = append(slices.Clone(st.Queues), q)
 	if len(tags) > 0 {
 		st.Tags = maps.Clone(st.Tags)

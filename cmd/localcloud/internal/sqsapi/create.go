@@ -238,7 +238,7 @@ func (s *Server) listQueueTags(_ context.Context, c *call) (obj, *apiError) {
 // tagFailed is the answer to a failed tag change: SQS's limits are the
 // client's to fix.
 func tagFailed(op, name string, err error) *apiError {
-	if errors.Is(err, config.ErrSQSTagLimit) {
+	if errors.Is(err, config.ErrSQSLimit) {
 		return errf(codeInvalidParameterValue, "%s %s: %v", op, name, err)
 	}
 	return queueFailed(op+" "+name, err)

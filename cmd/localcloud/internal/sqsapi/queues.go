@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,6 +245,9 @@ func (s *Server) createQueue(ctx context.Context, c *call) (obj, *apiError) {
 				return nil, aerr
 			}
 			return obj{{"QueueUrl", s.queueURL(name)}}, nil
+		}
+		if errors.Is(err, config.ErrSQSLimit) {
+			return nil, errf(codeInvalidParameterValue, "CreateQueue %s: %v", name, err)
 		}
 		return nil, queueFailed("CreateQueue "+name, err)
 	}
