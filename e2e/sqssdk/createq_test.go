@@ -181,31 +181,35 @@ func TestCreatedQueueLifecycle(t *testing.T) {
 }
 
 // TestCreateQueueLoop is a test suite's pattern: a queue per test with a
-// random name, created, used and deleted, 200 times.
+// random name, created, used and deleted, 200 times, on both engines.
 func TestCreateQueueLoop(t *testing.T) {
-	s := startStack(t, "", engines["file"])
-	ctx := ctxOf(t)
-	c := s.client()
-	const n = 200
-	var total time.Duration
-	for i := range n {
-		start := time.Now()
-		cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("test-%d-%d", time.Now().UnixNano(), i))})
-		total += time.Since(start)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: cq.QueueUrl, MessageBody: aws.String("x")}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: cq.QueueUrl}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("CreateQueue through up: %v mean over %d creates", total/n, n)
-	l, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
-	if err != nil || len(l.QueueUrls) != 2 {
-		t.Fatalf("ListQueues after the loop = %+v, %v", l, err)
+	for _, name := range []string{"file", "jetstream"} {
+		t.Run(name, func(t *testing.T) {
+			s := startStack(t, "", engines[name])
+			ctx := ctxOf(t)
+			c := s.client()
+			const n = 200
+			var total time.Duration
+			for i := range n {
+				start := time.Now()
+				cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("test-%d-%d", time.Now().UnixNano(), i))})
+				total += time.Since(start)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: cq.QueueUrl, MessageBody: aws.String("x")}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: cq.QueueUrl}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("CreateQueue through up (%s): %v mean over %d creates", name, total/n, n)
+			l, err := c.ListQueues(ctx, &sqs.ListQueuesInput{})
+			if err != nil || len(l.QueueUrls) != 2 {
+				t.Fatalf("ListQueues after the loop = %+v, %v", l, err)
+			}
+		})
 	}
 }
 
