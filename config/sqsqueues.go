@@ -108,28 +108,41 @@ func SQSStatePath(dataDir string) string { return filepath.Join(dataDir, SQSStat
 // file is an empty state. The file is untrusted: every mistake is an error
 // naming the file, the field, the limit and the value.
 func ReadSQSState(dataDir string) (SQSState, error) {
+	st, err := readSQSState(dataDir)
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", SQSStatePath(dataDir), err)
+	}
+	return st, nil
+}
+
+// readSQSState is ReadSQSState with errors that do not name the file.
+func readSQSState(dataDir string) (SQSState, error) {
 	path := SQSStatePath(dataDir)
-	f, err := os.Open(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return SQSState{Version: SQSStateVersion}, nil
 	}
+	if err == nil && !fi.Mode().IsRegular() {
+		return SQSState{}, fmt.Errorf("not a regular file (%s); up writes a plain file there", fi.Mode().Type())
+	}
+	f, err := os.Open(path)
 	if err != nil {
-		return SQSState{}, fmt.Errorf("read %s: %w", path, err)
+		return SQSState{}, fmt.Errorf("read: %w", err)
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxSQSStateSize+1))
 	if err != nil {
-		return SQSState{}, fmt.Errorf("read %s: %w", path, err)
+		return SQSState{}, fmt.Errorf("read: %w", err)
 	}
 	if len(data) > MaxSQSStateSize {
-		return SQSState{}, fmt.Errorf("%s: larger than the limit of %d bytes", path, MaxSQSStateSize)
+		return SQSState{}, fmt.Errorf("larger than the limit of %d bytes", MaxSQSStateSize)
 	}
 	var st SQSState
 	if err := json.Unmarshal(data, &st); err != nil {
-		return SQSState{}, fmt.Errorf("%s: not the JSON localcloud writes: %v; move it away to start without the queues created through the SQS API", path, err)
+		return SQSState{}, fmt.Errorf("not the JSON localcloud writes: %v", err)
 	}
 	if err := st.check(); err != nil {
-		return SQSState{}, fmt.Errorf("%s: %w", path, err)
+		return SQSState{}, err
 	}
 	return st, nil
 }
@@ -270,9 +283,10 @@ func WriteSQSState(dataDir string, st SQSState) error {
 // A created queue whose name the stack file uses is left out: the stack
 // file wins.
 func mergeCreated(s *Stack) []Problem {
-	st, err := ReadSQSState(s.DataDir)
+	st, err := readSQSState(s.DataDir)
 	if err != nil {
-		return []Problem{{File: SQSStatePath(s.DataDir), Msg: err.Error()}}
+		return []Problem{{File: SQSStatePath(s.DataDir), Msg: err.Error() +
+			" (the queues created through the SQS API and the queues' tags; fix it, or move it away to go on without them)"}}
 	}
 	if len(st.Queues) == 0 {
 		return nil

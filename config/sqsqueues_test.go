@@ -95,3 +95,14 @@ func TestSQSStateFileIsUntrusted(t *testing.T) {
 		}
 	}
 }
+
+func TestSQSStateFileMustBeARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, ".localcloud", config.SQSStateFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := parseIn(t, dir, sqsStack)
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("err = %v", err)
+	}
+}
