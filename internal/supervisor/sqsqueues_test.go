@@ -46,3 +46,22 @@ func TestCreateQueueKeepsTheFileWhenTheReloadFails(t *testing.T) {
 		t.Fatalf("TagQueue of no queue = %v", err)
 	}
 }
+
+// TestReloadReopensWhereMessagesMove: a new dead-letter policy in the
+// stack file reopens the queue and its dead-letter queue (up's handles
+// carry the policy and the redrive targets); a visibility change does not.
+func TestReloadReopensWhereMessagesMove(t *testing.T) {
+	s, file, _ := start(t, stackText("  orders:", "    type: queue", "  dlq:", "    type: queue"), Options{NoWatch: true})
+	writeFile(t, file, stackText("  orders:", "    type: queue", "    maxAttempts: 3", "    deadLetter: dlq", "  dlq:", "    type: queue", "    visibilityTimeout: 1m"))
+	d, err := s.Reload(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(d.Reopened, ",") != "dlq,orders" || len(d.Updated) != 0 {
+		t.Fatalf("diff = %+v", d)
+	}
+	writeFile(t, file, stackText("  orders:", "    type: queue", "    maxAttempts: 3", "    deadLetter: dlq", "  dlq:", "    type: queue"))
+	if d, err = s.Reload(ctx, "test"); err != nil || strings.Join(d.Updated, ",") != "dlq" || len(d.Reopened) != 0 {
+		t.Fatalf("diff = %+v, %v", d, err)
+	}
+}

@@ -222,3 +222,26 @@ func TestDeleteQueueDuringALongPoll(t *testing.T) {
 		t.Fatalf("the waiting receive answered %s", got)
 	}
 }
+
+// TestRedriveToACreatedQueue: a created queue dead-letters into a stack
+// binding, and a redrive of that dead-letter queue moves its messages
+// back: the dead-letter queue's handle learns its new origin.
+func TestRedriveToACreatedQueue(t *testing.T) {
+	e := newEnv(t)
+	dlqURL := strings.TrimSuffix(e.url, "orders") + "orders-dlq"
+	u := e.mustJSON("CreateQueue", map[string]any{"QueueName": "jobs", "Attributes": map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":1}`}})["QueueUrl"]
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": u, "MessageBody": "m"})
+	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": u, "VisibilityTimeout": 0})
+	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": u}) // moves it
+	count := func(url any) any {
+		return e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": url, "AttributeNames": []string{"ApproximateNumberOfMessages"}})["Attributes"].(map[string]any)["ApproximateNumberOfMessages"]
+	}
+	if count(dlqURL) != "1" || count(u) != "0" {
+		t.Fatalf("dead-lettered: dlq %v, jobs %v", count(dlqURL), count(u))
+	}
+	e.mustJSON("StartMessageMoveTask", map[string]any{"SourceArn": "arn:aws:sqs:us-east-1:000000000000:orders-dlq"})
+	if count(dlqURL) != "0" || count(u) != "1" {
+		t.Fatalf("after the redrive: dlq %v, jobs %v", count(dlqURL), count(u))
+	}
+}
