@@ -63,6 +63,30 @@ func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tag
 	return s.writeAndReload(ctx, old, st, "CreateQueue "+q.Name)
 }
 
+// UpdateQueue replaces the attributes of a queue the SQS API created
+// (its engine, replicas and creation time stay) and reloads, so that they
+// are served when it returns; a failed reload leaves the file as it was.
+func (s *Supervisor) UpdateQueue(ctx context.Context, q config.CreatedQueue) error {
+	s.sqsMu.Lock()
+	defer s.sqsMu.Unlock()
+	st, err := config.ReadSQSState(s.dataDir)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(st.Queues, func(c config.CreatedQueue) bool { return c.Name == q.Name })
+	if i < 0 {
+		return fmt.Errorf("queue %s: %w", q.Name, ErrNoCreatedQueue)
+	}
+	old := st
+	st.Queues = slices.Clone(st.Queues)
+	q.Engine, q.Replicas, q.Created = st.Queues[i].Engine, st.Queues[i].Replicas, st.Queues[i].Created
+	if err := q.Check(); err != nil {
+		return err
+	}
+	st.Queues[i] = q
+	return s.writeAndReload(ctx, old, st, "SetQueueAttributes "+q.Name)
+}
+
 // DeleteQueue removes a queue the SQS API created: from the state file,
 // from what up serves, then its store. A binding of the stack file is never
 // removed (ErrStackBinding); nor is a queue that another queue dead-letters

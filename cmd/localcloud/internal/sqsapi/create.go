@@ -21,6 +21,9 @@ import (
 type Admin interface {
 	// CreateQueue creates q with tags and returns once it is served.
 	CreateQueue(ctx context.Context, q config.CreatedQueue, tags map[string]string) error
+	// UpdateQueue changes the attributes of a queue CreateQueue created
+	// (not its engine) and returns once they are served.
+	UpdateQueue(ctx context.Context, q config.CreatedQueue) error
 	// DeleteQueue deletes a queue CreateQueue created, with its store.
 	DeleteQueue(ctx context.Context, name string) error
 	// QueueTags returns a queue's tags.
@@ -41,6 +44,38 @@ var createAttrs = []string{"VisibilityTimeout", "DelaySeconds", "ReceiveMessageW
 func (s *Server) newQueue(st *config.Stack, name string, asked map[string]string) (config.CreatedQueue, *apiError) {
 	q := config.CreatedQueue{Name: name, VisibilityTimeout: int(config.DefaultVisibilityTimeout / time.Second),
 		RetentionPeriod: config.DefaultSQSRetentionSecs, Created: s.opts.Now().Unix()}
+	dl, aerr := s.applyAttrs(&q, asked, "CreateQueue")
+	if aerr != nil {
+		return q, aerr
+	}
+	q.Engine, q.Replicas = config.EngineSQLite, 0
+	template := dl
+	if template == nil {
+		for i, b := range st.Bindings {
+			if b.Type != config.TypeQueue || b.Created {
+				continue
+			}
+			if template != nil && template.Engine != b.Engine {
+				template = nil
+				break
+			}
+			if template == nil {
+				template = &st.Bindings[i]
+			}
+		}
+	}
+	if template != nil && template.Engine == config.EngineJetStream {
+		q.Engine, q.Replicas = config.EngineJetStream, max(template.Replicas, 1)
+	}
+	if err := q.Check(); err != nil {
+		return q, errf(codeInvalidAttributeValue, "CreateQueue %s: %v", name, err)
+	}
+	return q, nil
+}
+
+// applyAttrs sets the attributes asked of q (op names the operation in
+// errors); it returns the dead-letter queue a RedrivePolicy names.
+func (s *Server) applyAttrs(q *config.CreatedQueue, asked map[string]string, op string) (*config.Binding, *apiError) {
 	names := make([]string, 0, len(asked))
 	for n := range asked {
 		names = append(names, n)
@@ -75,37 +110,59 @@ func (s *Server) newQueue(st *config.Stack, name string, asked map[string]string
 				aerr = errf(codeInvalidAttributeValue, "invalid value for the parameter SqsManagedSseEnabled: localcloud's stores are not encrypted, got %q; leave it out or give false", asked[n])
 			}
 		case "RedrivePolicy":
-			dl, aerr = s.redriveOf(&q, asked[n])
-		default:
-			aerr = errf(codeInvalidAttributeName, "unknown or unsupported attribute %s for CreateQueue: localcloud creates queues with %s", n, strings.Join(createAttrs, ", "))
-		}
-		if aerr != nil {
-			return q, aerr
-		}
-	}
-	q.Engine, q.Replicas = config.EngineSQLite, 0
-	template := dl
-	if template == nil {
-		for i, b := range st.Bindings {
-			if b.Type != config.TypeQueue || b.Created {
+			if asked[n] == "" { // SQS: an empty policy removes it
+				q.MaxReceiveCount, q.DeadLetter, dl = 0, "", nil
 				continue
 			}
-			if template != nil && template.Engine != b.Engine {
-				template = nil
-				break
-			}
-			if template == nil {
-				template = &st.Bindings[i]
-			}
+			dl, aerr = s.redriveOf(q, asked[n])
+		default:
+			aerr = errf(codeInvalidAttributeName, "unknown, read-only or unsupported attribute %s for %s: localcloud's queues take %s", n, op, strings.Join(createAttrs, ", "))
+		}
+		if aerr != nil {
+			return nil, aerr
 		}
 	}
-	if template != nil && template.Engine == config.EngineJetStream {
-		q.Engine, q.Replicas = config.EngineJetStream, max(template.Replicas, 1)
+	return dl, nil
+}
+
+// createdOf is the CreatedQueue a created binding came from.
+func createdOf(b config.Binding) config.CreatedQueue {
+	return config.CreatedQueue{Name: b.Name, Engine: b.Engine, Replicas: b.Replicas, VisibilityTimeout: int(b.VisibilityTimeout / time.Second),
+		DelaySeconds: b.SQS.DelaySeconds, WaitTimeSeconds: b.SQS.WaitTimeSeconds, RetentionPeriod: b.SQS.RetentionSeconds,
+		MaxReceiveCount: b.MaxAttempts, DeadLetter: b.DeadLetter, Created: b.SQS.Created}
+}
+
+// updateQueue is SetQueueAttributes of a created queue: its attributes
+// change (the engine stays), answered once up serves them.
+func (s *Server) updateQueue(ctx context.Context, t *target, admin Admin, asked map[string]string) *apiError {
+	q := createdOf(t.b)
+	dl, aerr := s.applyAttrs(&q, asked, "SetQueueAttributes")
+	if aerr != nil {
+		return aerr
+	}
+	if dl != nil {
+		if dl.Engine != q.Engine {
+			return errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: queue %s uses engine %s but %s uses engine %s; a dead-letter pair must be on one engine",
+				q.Name, q.Engine, dl.Name, dl.Engine)
+		}
+		for cur, i := dl, 0; cur != nil && i <= len(t.st.Bindings); i++ {
+			if cur.Name == q.Name {
+				return errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: dead-letter cycle through %s: messages would move around it forever", dl.Name)
+			}
+			next, ok := t.st.Binding(cur.DeadLetter)
+			if !ok || cur.MaxAttempts == 0 {
+				break
+			}
+			cur = next
+		}
 	}
 	if err := q.Check(); err != nil {
-		return q, errf(codeInvalidAttributeValue, "CreateQueue %s: %v", name, err)
+		return errf(codeInvalidAttributeValue, "SetQueueAttributes %s: %v", q.Name, err)
 	}
-	return q, nil
+	if err := admin.UpdateQueue(ctx, q); err != nil {
+		return queueFailed("SetQueueAttributes "+q.Name, err)
+	}
+	return nil
 }
 
 // redriveOf reads a RedrivePolicy into q; it returns the dead-letter queue.

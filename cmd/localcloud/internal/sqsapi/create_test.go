@@ -233,7 +233,7 @@ func TestRedriveToACreatedQueue(t *testing.T) {
 		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:orders-dlq","maxReceiveCount":1}`}})["QueueUrl"]
 	e.mustJSON("SendMessage", map[string]any{"QueueUrl": u, "MessageBody": "m"})
 	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": u, "VisibilityTimeout": 0})
-	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": u}) // moves it
+	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": u, "WaitTimeSeconds": 2}) // moves it once it is due again
 	count := func(url any) any {
 		return e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": url, "AttributeNames": []string{"ApproximateNumberOfMessages"}})["Attributes"].(map[string]any)["ApproximateNumberOfMessages"]
 	}
@@ -244,4 +244,38 @@ func TestRedriveToACreatedQueue(t *testing.T) {
 	if count(dlqURL) != "0" || count(u) != "1" {
 		t.Fatalf("after the redrive: dlq %v, jobs %v", count(dlqURL), count(u))
 	}
+}
+
+// TestSetQueueAttributesOfACreatedQueue: a created queue's attributes
+// change (kept across a restart); a RedrivePolicy set afterwards
+// dead-letters; a cycle is refused; a stack binding's still are not
+// changed.
+func TestSetQueueAttributesOfACreatedQueue(t *testing.T) {
+	e := newEnv(t)
+	a := e.mustJSON("CreateQueue", map[string]any{"QueueName": "a"})["QueueUrl"]
+	b := e.mustJSON("CreateQueue", map[string]any{"QueueName": "b"})["QueueUrl"]
+	e.mustJSON("SetQueueAttributes", map[string]any{"QueueUrl": a, "Attributes": map[string]string{"VisibilityTimeout": "99",
+		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:b","maxReceiveCount":"1"}`}})
+	e.wantErr("SetQueueAttributes", map[string]any{"QueueUrl": b, "Attributes": map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:a","maxReceiveCount":"1"}`}}, "InvalidAttributeValue", "cycle")
+	e.wantErr("SetQueueAttributes", map[string]any{"QueueUrl": a, "Attributes": map[string]string{"QueueArn": "x"}}, "InvalidAttributeName", "QueueArn")
+	e.wantErr("SetQueueAttributes", map[string]any{"QueueUrl": e.url, "Attributes": map[string]string{"VisibilityTimeout": "99"}}, "InvalidAttributeValue", "stack file")
+	e.restart()
+	attrs := e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": a, "AttributeNames": []string{"All"}})["Attributes"].(map[string]any)
+	if attrs["VisibilityTimeout"] != "99" || !strings.Contains(fmt.Sprint(attrs["RedrivePolicy"]), ":b\"") {
+		t.Fatalf("after a restart: %v", attrs)
+	}
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": a, "MessageBody": "m"})
+	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": a, "VisibilityTimeout": 0})
+	e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": a, "WaitTimeSeconds": 2}) // moves it to b once it is due again
+	out := e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": b, "WaitTimeSeconds": 5})
+	if msgs, _ := out["Messages"].([]any); len(msgs) != 1 {
+		t.Fatalf("b received %v", out)
+	}
+	e.mustJSON("SetQueueAttributes", map[string]any{"QueueUrl": a, "Attributes": map[string]string{"RedrivePolicy": ""}})
+	attrs = e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": a, "AttributeNames": []string{"All"}})["Attributes"].(map[string]any)
+	if _, has := attrs["RedrivePolicy"]; has {
+		t.Fatalf("the policy was not removed: %v", attrs)
+	}
+	e.mustJSON("DeleteQueue", map[string]any{"QueueUrl": b}) // no source any more
 }

@@ -283,8 +283,7 @@ func (s *Server) sameAttrs(ctx context.Context, t *target, asked map[string]stri
 				c = codeQueueNameExists
 			}
 			if t.b.Created {
-				return errf(c, "%s %s: attribute %s is %q, asked %q: the attributes of a queue created through the SQS API are set by its CreateQueue; "+
-					"delete it and create it again to change them", op, t.name, n, cur, asked[n])
+				return errf(c, "%s %s: attribute %s is %q, asked %q: change a created queue's attributes with SetQueueAttributes", op, t.name, n, cur, asked[n])
 			}
 			return errf(c, "%s %s: attribute %s is %q, asked %q: a binding's settings come from the stack file %s (bindings.%s), "+
 				"which the SQS API does not change", op, t.name, n, cur, asked[n], t.st.File, t.name)
@@ -319,6 +318,9 @@ func (s *Server) setQueueAttributes(ctx context.Context, c *call) (obj, *apiErro
 	asked, aerr := c.p.strMap("Attributes")
 	if aerr != nil {
 		return nil, aerr
+	}
+	if admin, ok := s.opts.Source.(Admin); ok && t.b.Created && len(asked) > 0 {
+		return nil, s.updateQueue(ctx, t, admin, asked)
 	}
 	return nil, s.sameAttrs(ctx, t, asked, "SetQueueAttributes")
 }
