@@ -208,6 +208,13 @@ func (s *Server) vanished(c *call) func(obj, *apiError) (obj, *apiError) {
 	}
 }
 
+// withQueueDelay gives a SendMessage without DelaySeconds the queue's.
+func withQueueDelay(p params, t *target) {
+	if !p.given("DelaySeconds") && t.b.SQS.DelaySeconds > 0 {
+		p["DelaySeconds"] = strconv.Itoa(t.b.SQS.DelaySeconds)
+	}
+}
+
 // delayOf is a send's delay: the one asked, else the queue's DelaySeconds.
 func delayOf(p params, t *target, asked int) int {
 	if p.given("DelaySeconds") {

@@ -106,11 +106,11 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	withQueueDelay(c.p, t)
 	e, aerr := checkSend(c.p, "")
 	if aerr != nil {
 		return nil, aerr
 	}
-	e.delay = delayOf(c.p, t, e.delay)
 	if err := t.q.Send(ctx, queue.Text(e.body), queue.WithDelay(time.Duration(e.delay)*time.Second)); err != nil {
 		return nil, queueFailed("SendMessage", err)
 	}
