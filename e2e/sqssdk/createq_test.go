@@ -269,3 +269,32 @@ func TestAWSCLICreatedQueue(t *testing.T) {
 		t.Fatalf("get-queue-url after delete-queue: %v", err)
 	}
 }
+
+// TestBoto3CreatedQueue runs testdata/boto3_createq.py under `localcloud
+// run` (Debian's boto3 speaks the Query protocol) on both engines; the
+// CLI sees the queue it created.
+func TestBoto3CreatedQueue(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("testdata", "boto3_createq.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, py := range pythonsWithBoto3(t) {
+		for name, bindings := range engines {
+			t.Run(name+"/"+py, func(t *testing.T) {
+				t.Parallel()
+				s := startStack(t, "", bindings)
+				cmd := exec.Command(binary, "run", "-f", s.file, "--", py, script)
+				cmd.Dir = s.dir
+				cmd.Env = cleanAWSEnv()
+				out, err := cmd.CombinedOutput()
+				if err != nil || !strings.HasSuffix(strings.TrimSpace(string(out)), "ok") {
+					t.Fatalf("%s: %v\n%s\nup:\n%s", py, err, out, s.log())
+				}
+				t.Logf("%s", strings.SplitN(string(out), "\n", 2)[0])
+				if peek := s.lc(t, "queue", "peek", "py-made"); !strings.Contains(peek, "kept for the CLI") {
+					t.Fatalf("the CLI does not see the created queue's message:\n%s", peek)
+				}
+			})
+		}
+	}
+}
