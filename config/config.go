@@ -292,8 +292,14 @@ type Binding struct {
 	// DedupWindow is how long a queue remembers a send's dedup key. Zero
 	// for a KV binding; for a queue it defaults to [DefaultDedupWindow].
 	DedupWindow time.Duration
-	// Line is the line of the binding's name in the stack file.
+	// Line is the line of the binding's name in the stack file; 0 for a
+	// created queue.
 	Line int
+	// Created reports that the SQS API created the queue (CreateQueue): it
+	// comes from [SQSStateFile] under DataDir, not from the stack file.
+	Created bool
+	// SQS holds the SQS attributes of a queue that no stack file field has.
+	SQS SQSAttrs
 }
 
 // DefaultListen is the stable default notify.listen of a stack whose data
@@ -556,6 +562,9 @@ func parse(data []byte, display, abs, dir string, opts []Option) (*Stack, error)
 	s := p.run(data, dir)
 	if len(p.probs) > 0 {
 		return nil, newErrors(p.probs)
+	}
+	if probs := mergeCreated(s); len(probs) > 0 {
+		return nil, newErrors(probs)
 	}
 	s.File = abs
 	return s, nil

@@ -69,6 +69,7 @@ func stackFromRuntime(rt *supervisor.Runtime) *config.Stack {
 			RetryDelay:        ms(rb.RetryDelayMs),
 			MaxRetryDelay:     ms(rb.MaxRetryDelayMs),
 			DedupWindow:       ms(rb.DedupWindowMs),
+			Created:           rb.CreatedBySQS,
 		}
 		if b.Engine == "" {
 			b.Engine = config.DefaultEngine

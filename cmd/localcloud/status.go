@@ -64,6 +64,8 @@ type statusBinding struct {
 	// Replicas is a jetstream binding's replica count.
 	Replicas int    `json:"replicas,omitempty"`
 	Subject  string `json:"subject,omitempty"`
+	// CreatedBySQS marks a queue the SQS API created (CreateQueue).
+	CreatedBySQS bool `json:"createdBySqs,omitempty"`
 	// Health is ok, missing, replaced, truncated, loose-modes,
 	// not-provisioned, error or problem (supervisor.HealthKind);
 	// HealthMessage says what exactly, absent when ok.
@@ -196,7 +198,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
 		for _, b := range rt.Bindings {
-			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Stream: b.Stream, Replicas: b.Replicas}
+			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Stream: b.Stream, Replicas: b.Replicas, CreatedBySQS: b.CreatedBySQS}
 			if b.Engine != config.DefaultEngine {
 				sb.Engine = b.Engine
 			}
@@ -205,7 +207,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		}
 	default:
 		for _, b := range st.Bindings {
-			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path}
+			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, CreatedBySQS: b.Created}
 			t, err := toolsOf(b)
 			if err != nil {
 				return nil, err
@@ -360,7 +362,11 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 		if path == "" {
 			path = b.Path
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Type, health, contents(b), path)
+		typ := b.Type
+		if b.CreatedBySQS {
+			typ += " (SQS)" // created through the SQS API
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, typ, health, contents(b), path)
 	}
 	tw.Flush()
 	for _, b := range rep.Bindings {

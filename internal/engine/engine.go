@@ -156,6 +156,10 @@ type Tools interface {
 	// as empty everywhere keeps it. A store holding anything is kept and
 	// the error says what it holds.
 	DropEmpty(ctx context.Context, env *Env, b config.Binding) error
+	// Remove deletes b's store and all it holds: the SQS API's DeleteQueue
+	// of a queue it created. It refuses a binding of the stack file
+	// (b.Created false). No handle may be open on the store.
+	Remove(ctx context.Context, env *Env, b config.Binding) error
 	// ValidReceipt is nil when r is a receipt b's queue could have
 	// issued, else an INVALID_INPUT error saying what is wrong: Ack and
 	// Nack take such a string as never issued, a no-op success, so a tool

@@ -44,8 +44,11 @@
 // SIGHUP (wired by the caller to [Supervisor.Reload]) re-read the file. A
 // valid file is applied as a diff by binding name: new bindings are opened,
 // removed ones closed (their files stay), changed settings applied (the
-// handle is reopened only when the type, path or durability changed),
-// unchanged bindings are not touched, and NATS stays up. A file with
+// handle is reopened only when the type, path or durability changed, or
+// where a queue's messages move: its dead-letter policy or the queues that
+// dead-letter into it), unchanged bindings are not touched, and NATS stays
+// up. The SQS API's CreateQueue and DeleteQueue (sqsqueues.go) run the same
+// path after writing config.SQSStateFile. A file with
 // mistakes, or a change that cannot be applied, is logged problem by problem
 // and the last good stack keeps being served; so is a stack file replaced by
 // something that is not a regular file (a FIFO, a device), which is never

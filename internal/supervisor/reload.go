@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/localcloud/localcloud/config"
+	"github.com/localcloud/localcloud/internal/engine"
 )
 
 // ErrNeedsRestart is wrapped by the error of a reload whose change cannot be
@@ -19,11 +20,14 @@ var ErrNeedsRestart = errors.New("change needs a restart of localcloud up")
 type Diff struct {
 	Added   []string // opened
 	Removed []string // closed; their files stay
-	// Reopened had their type, path or durability changed: the old handle
-	// was closed and a new one opened.
+	// Reopened had their type, path or durability changed, or (a queue)
+	// where its messages move: its dead-letter policy, or the queues that
+	// dead-letter into it (a redrive's targets). The old handle was closed
+	// and a new one opened.
 	Reopened []string
 	// Updated had only settings changed that the open handle does not use
-	// (visibility timeout, max attempts, dead letter): the handle was kept.
+	// (the visibility timeout, which every receive of up's gives): the
+	// handle was kept.
 	Updated []string
 	// Renamed is set when the stack's name changed (and with it the hint
 	// subjects).
@@ -167,6 +171,16 @@ func needsReopen(a, b config.Binding) bool {
 	return a.Type != b.Type || a.Engine != b.Engine || a.Path != b.Path || a.Durability != b.Durability || a.Replicas != b.Replicas
 }
 
+// movesChanged reports whether queue a of stack old, b of st, moves its
+// messages elsewhere: up's handle is opened with its dead-letter queue and
+// its redrive targets (engine.QueueOptions), so a queue created through
+// the SQS API with a RedrivePolicy changes its dead-letter queue's handle.
+func movesChanged(old, st *config.Stack, a, b config.Binding) bool {
+	dlA, originsA := engine.MoveTargets(old, a)
+	dlB, originsB := engine.MoveTargets(st, b)
+	return dlA != dlB || a.MaxAttempts != b.MaxAttempts || !slices.Equal(originsA, originsB)
+}
+
 // planLocked compares st with the stack being served: what changes, and
 // the bindings whose stores must be opened.
 func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error) {
@@ -199,6 +213,9 @@ func (s *Supervisor) planLocked(st *config.Stack) (Diff, []config.Binding, error
 		switch {
 		case !ok:
 			d.Added = append(d.Added, b.Name)
+			toOpen = append(toOpen, b)
+		case b.Type == config.TypeQueue && movesChanged(old, st, cur.cfg, b):
+			d.Reopened = append(d.Reopened, b.Name)
 			toOpen = append(toOpen, b)
 		case sameSettings(cur.cfg, b):
 		case needsReopen(cur.cfg, b):

@@ -94,6 +94,9 @@ type RuntimeBinding struct {
 	DedupWindowMs   int64  `json:"dedupWindowMs,omitempty"`
 	Durability      string `json:"durability"`
 	Health          string `json:"health"`
+	// CreatedBySQS marks a queue the SQS API created (CreateQueue), kept
+	// in config.SQSStateFile rather than the stack file.
+	CreatedBySQS bool `json:"createdBySqs,omitempty"`
 }
 
 // Binding returns the binding called name.

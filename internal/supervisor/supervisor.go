@@ -87,6 +87,8 @@ type Supervisor struct {
 	// reloadMu serialises Reload and Apply, which read files (the stack
 	// file, the stores they open) without holding mu.
 	reloadMu sync.Mutex
+	// sqsMu serialises the changes of the SQS state file (sqsqueues.go).
+	sqsMu sync.Mutex
 
 	mu           sync.Mutex // guards everything below; health checks and Close take it, never for a file read
 	stack        *config.Stack
@@ -362,6 +364,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			rb.RetryDelayMs = b.RetryDelay.Milliseconds()
 			rb.MaxRetryDelayMs = b.MaxRetryDelay.Milliseconds()
 			rb.DedupWindowMs = b.DedupWindow.Milliseconds()
+			rb.CreatedBySQS = b.Created
 		}
 		rt.Bindings = append(rt.Bindings, rb)
 	}

@@ -126,3 +126,20 @@ func (Tools) DropEmpty(ctx context.Context, env *engine.Env, b config.Binding) e
 	}
 	return nil
 }
+
+// Remove deletes the streams of a queue the SQS API created.
+func (Tools) Remove(ctx context.Context, env *engine.Env, b config.Binding) error {
+	if !b.Created {
+		return fmt.Errorf("remove the stream of binding %s: only a queue created through the SQS API is removed, never a binding of the stack file", b.Name)
+	}
+	js, err := jetStream(ctx, env, b)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{Stream(b), "LCQE_" + b.Name} {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete stream %s of queue %s: %w", name, b.Name, err)
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	qdriver "github.com/localcloud/localcloud/bindings/queue/driver"
@@ -98,3 +99,14 @@ func (m *mover) Close() error { return nil }
 // DropEmpty keeps the store: an empty file counts as empty wherever it is
 // looked at (engine.Holds).
 func (Tools) DropEmpty(context.Context, *engine.Env, config.Binding) error { return nil }
+
+// Remove deletes the folder of a queue the SQS API created.
+func (Tools) Remove(_ context.Context, _ *engine.Env, b config.Binding) error {
+	if !b.Created || b.Path == "" {
+		return fmt.Errorf("remove the store of binding %s: only a queue created through the SQS API is removed, never a binding of the stack file", b.Name)
+	}
+	if err := os.RemoveAll(b.Path); err != nil {
+		return fmt.Errorf("remove the store of queue %s: %w", b.Name, err)
+	}
+	return nil
+}

@@ -135,6 +135,7 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	withQueueDelay(c.p, t)
 	e, aerr := checkSend(c.p, "")
 	if aerr != nil {
 		return nil, aerr
@@ -213,6 +214,7 @@ func (s *Server) sendMessageBatch(ctx context.Context, c *call) (obj, *apiError)
 			continue
 		}
 		e.id = ids[i]
+		e.delay = delayOf(p, t, e.delay)
 		if _, seen := byDelay[e.delay]; !seen {
 			delays = append(delays, e.delay)
 		}
@@ -260,7 +262,7 @@ func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	wait, aerr := c.p.num("WaitTimeSeconds", 0, maxWaitSeconds, 0)
+	wait, aerr := c.p.num("WaitTimeSeconds", 0, maxWaitSeconds, t.b.SQS.WaitTimeSeconds)
 	if aerr != nil {
 		return nil, aerr
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,16 +88,24 @@ func (s *Server) attrs(ctx context.Context, t *target, names []string) (map[stri
 			v = strconv.FormatInt(st.Delayed, 10)
 		case "CreatedTimestamp", "LastModifiedTimestamp":
 			v = ts
+			if t.b.SQS.Created > 0 {
+				v = strconv.FormatInt(t.b.SQS.Created, 10)
+			}
 		case "QueueArn":
 			v = s.arn(t.name)
 		case "VisibilityTimeout":
 			v = strconv.FormatInt(int64(visibilityOf(t.b)/time.Second), 10)
-		case "DelaySeconds", "ReceiveMessageWaitTimeSeconds":
-			v = "0"
+		case "DelaySeconds":
+			v = strconv.Itoa(t.b.SQS.DelaySeconds)
+		case "ReceiveMessageWaitTimeSeconds":
+			v = strconv.Itoa(t.b.SQS.WaitTimeSeconds)
 		case "MaximumMessageSize":
 			v = strconv.Itoa(queue.MaxPayloadBytes)
 		case "MessageRetentionPeriod":
 			v = strconv.Itoa(retentionSeconds)
+			if t.b.SQS.RetentionSeconds > 0 {
+				v = strconv.Itoa(t.b.SQS.RetentionSeconds)
+			}
 		case "RedrivePolicy":
 			if v = s.redrivePolicy(t.b); v == "" {
 				continue
@@ -196,14 +205,54 @@ func (s *Server) createQueue(ctx context.Context, c *call) (obj, *apiError) {
 	if strings.HasSuffix(name, ".fifo") || strings.EqualFold(asked["FifoQueue"], "true") {
 		return nil, fifoRefusal(name)
 	}
-	t, aerr := s.binding(name)
+	tags, aerr := c.p.strMap("tags") // the JSON protocol's name
 	if aerr != nil {
-		return nil, errf(codeUnsupportedOperation, "CreateQueue %s: only the queue bindings of the stack file are served "+
-			"(creating new queues through the SQS API is not supported yet); add a binding named %s of type queue to %s",
-			name, name, s.opts.Source.Stack().File)
-	}
-	if aerr := s.sameAttrs(ctx, t, asked, "CreateQueue"); aerr != nil {
 		return nil, aerr
+	}
+	if tags == nil {
+		if tags, aerr = c.p.strMap("Tags"); aerr != nil { // Query: Tag.N.Key/Value
+			return nil, aerr
+		}
+	}
+	if t, aerr := s.binding(name); aerr == nil {
+		if aerr := s.sameAttrs(ctx, t, asked, "CreateQueue"); aerr != nil {
+			return nil, aerr
+		}
+		return obj{{"QueueUrl", s.queueURL(name)}}, nil
+	}
+	st := s.opts.Source.Stack()
+	if b, ok := st.Binding(name); ok {
+		return nil, errf(codeInvalidParameterValue, "value %s for parameter QueueName is invalid: %s is a %s binding of the stack file %s, not a queue",
+			name, name, b.Type, st.File)
+	}
+	if err := config.CheckCreatedQueueName(name); err != nil {
+		return nil, errf(codeInvalidParameterValue, "value %s for parameter QueueName is invalid: %v", name, err)
+	}
+	admin, ok := s.opts.Source.(Admin)
+	if !ok {
+		return nil, errf(codeUnsupportedOperation, "CreateQueue %s: this server serves the stack's bindings only; add a binding named %s of type queue to %s", name, name, st.File)
+	}
+	q, aerr := s.newQueue(st, name, asked)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if err := config.CheckSQSTags(tags); err != nil {
+		return nil, errf(codeInvalidParameterValue, "parameter tags: %v", err)
+	}
+	if err := admin.CreateQueue(ctx, q, tags); err != nil {
+		if t, aerr := s.binding(name); aerr == nil { // created meanwhile by another request
+			if aerr := s.sameAttrs(ctx, t, asked, "CreateQueue"); aerr != nil {
+				return nil, aerr
+			}
+			return obj{{"QueueUrl", s.queueURL(name)}}, nil
+		}
+		if errors.Is(err, config.ErrSQSLimit) {
+			return nil, errf(codeInvalidParameterValue, "CreateQueue %s: %v", name, err)
+		}
+		return nil, queueFailed("CreateQueue "+name, err)
+	}
+	if _, aerr := s.binding(name); aerr != nil {
+		return nil, errf(codeInternalFailure, "CreateQueue %s: the queue was created but is not served; see up's log", name)
 	}
 	return obj{{"QueueUrl", s.queueURL(name)}}, nil
 }
@@ -232,6 +281,9 @@ func (s *Server) sameAttrs(ctx context.Context, t *target, asked map[string]stri
 			c := codeInvalidAttributeValue
 			if op == "CreateQueue" {
 				c = codeQueueNameExists
+			}
+			if t.b.Created {
+				return errf(c, "%s %s: attribute %s is %q, asked %q: change a created queue's attributes with SetQueueAttributes", op, t.name, n, cur, asked[n])
 			}
 			return errf(c, "%s %s: attribute %s is %q, asked %q: a binding's settings come from the stack file %s (bindings.%s), "+
 				"which the SQS API does not change", op, t.name, n, cur, asked[n], t.st.File, t.name)
@@ -267,16 +319,32 @@ func (s *Server) setQueueAttributes(ctx context.Context, c *call) (obj, *apiErro
 	if aerr != nil {
 		return nil, aerr
 	}
+	if admin, ok := s.opts.Source.(Admin); ok && t.b.Created && len(asked) > 0 {
+		return nil, s.updateQueue(ctx, t, admin, asked)
+	}
 	return nil, s.sameAttrs(ctx, t, asked, "SetQueueAttributes")
 }
 
-func (s *Server) deleteQueue(_ context.Context, c *call) (obj, *apiError) {
+func (s *Server) deleteQueue(ctx context.Context, c *call) (obj, *apiError) {
 	t, aerr := s.queueOf(c)
 	if aerr != nil {
 		return nil, aerr
 	}
-	return nil, errf(codeUnsupportedOperation, "DeleteQueue %s: the queue is a binding of the stack file %s; remove the binding there to stop serving it (its store is kept)",
-		t.name, t.st.File)
+	admin, ok := s.opts.Source.(Admin)
+	if !t.b.Created || !ok {
+		return nil, errf(codeUnsupportedOperation, "DeleteQueue %s: the queue is a binding of the stack file %s; remove the binding there to stop serving it (its store is kept)",
+			t.name, t.st.File)
+	}
+	if o := t.st.DeadLetterOrigins(t.name); len(o) > 0 {
+		return nil, errf(codeInvalidParameterValue, "DeleteQueue %s: queue %s dead-letters into it (RedrivePolicy); delete %s first", t.name, o[0].Name, o[0].Name)
+	}
+	if err := admin.DeleteQueue(ctx, t.name); err != nil {
+		if _, aerr := s.binding(t.name); aerr != nil {
+			return nil, errf(codeQueueDoesNotExist, "the specified queue does not exist: %s (%v)", t.name, err)
+		}
+		return nil, queueFailed("DeleteQueue "+t.name, err)
+	}
+	return nil, nil
 }
 
 func (s *Server) getQueueAttributes(ctx context.Context, c *call) (obj, *apiError) {

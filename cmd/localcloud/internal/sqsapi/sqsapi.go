@@ -265,6 +265,9 @@ func init() {
 		"StartMessageMoveTask":         (*Server).startMessageMoveTask,
 		"ListMessageMoveTasks":         (*Server).listMessageMoveTasks,
 		"CancelMessageMoveTask":        (*Server).cancelMessageMoveTask,
+		"TagQueue":                     (*Server).tagQueue,
+		"UntagQueue":                   (*Server).untagQueue,
+		"ListQueueTags":                (*Server).listQueueTags,
 	}
 }
 
@@ -273,9 +276,6 @@ func init() {
 var unsupported = map[string]string{
 	"AddPermission":    "queue policies are not supported: on localcloud every client that reaches the endpoint (and signs with the stack's keys, when set) may use every queue",
 	"RemovePermission": "queue policies are not supported: on localcloud every client that reaches the endpoint (and signs with the stack's keys, when set) may use every queue",
-	"TagQueue":         "queue tags are not supported yet",
-	"UntagQueue":       "queue tags are not supported yet",
-	"ListQueueTags":    "queue tags are not supported yet",
 }
 
 func (s *Server) dispatch(ctx context.Context, c *call) (obj, *apiError) {
@@ -286,7 +286,7 @@ func (s *Server) dispatch(ctx context.Context, c *call) (obj, *apiError) {
 	if !ok {
 		return nil, errf(codeInvalidAction, "the action %s is not valid for this endpoint", c.op)
 	}
-	return h(s, ctx, c)
+	return s.vanished(c)(h(s, ctx, c))
 }
 
 // target is the queue a request names.
