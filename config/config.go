@@ -172,6 +172,9 @@ type Stack struct {
 	// by hand has neither and is searched.
 	index   map[string]int
 	origins map[string][]int
+	// sqsIndex maps the SQS name of a created queue whose SQS name is not
+	// its binding name to its place in Bindings.
+	sqsIndex map[string]int
 }
 
 // Notify configures the embedded NATS server that carries wake-up hints.
@@ -376,8 +379,12 @@ func isOrigin(o Binding, dlq string) bool {
 func (s *Stack) buildIndex() {
 	s.index = make(map[string]int, len(s.Bindings))
 	s.origins = make(map[string][]int)
+	s.sqsIndex = make(map[string]int)
 	for i, b := range s.Bindings {
 		s.index[b.Name] = i
+		if b.SQS.Name != "" {
+			s.sqsIndex[b.SQS.Name] = i
+		}
 		if isOrigin(b, b.DeadLetter) {
 			s.origins[b.DeadLetter] = append(s.origins[b.DeadLetter], i)
 		}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -45,17 +48,42 @@ const SQSNamePattern = "[A-Za-z0-9_-]{1,80}"
 var sqsNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
 
 // CheckCreatedQueueName is nil when name may be given to a queue that the
-// SQS API creates: an SQS name that is also a binding name (binding names
-// appear in NATS subjects, folder and variable names).
+// SQS API creates: any SQS queue name. A name that is not also a binding
+// name (binding names appear in NATS subjects, folder and variable names)
+// gets the binding name [DeriveBindingName] gives.
 func CheckCreatedQueueName(name string) error {
 	if !sqsNameRE.MatchString(name) {
 		return fmt.Errorf("must match %s (SQS's queue names: 1 to 80 letters, digits, - or _), got %q", SQSNamePattern, name)
 	}
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("must match %s for a queue localcloud creates (a lowercase letter, then up to %d lowercase letters, digits or -: "+
-			"the name is also a folder, NATS subject and LOCALCLOUD_BINDING_ variable name), got %q", namePattern, MaxNameLength-1, name)
-	}
 	return nil
+}
+
+// IsBindingName reports whether name is a valid binding name.
+func IsBindingName(name string) bool { return nameRE.MatchString(name) }
+
+// bindingHashLen is the length of the hash suffix of a derived binding name.
+const bindingHashLen = 8
+
+// DeriveBindingName is the binding name of a queue the SQS API creates
+// under the SQS name sqsName: sqsName itself when it is a binding name,
+// else sqsName in lower case with _ turned into -, after "q-" when it does
+// not start with a letter, cut to fit, then "-" and a hash of sqsName (8
+// characters of [a-z2-7]), so that two SQS names ("A_b", "a-b", "a_b")
+// never share a binding name by derivation.
+func DeriveBindingName(sqsName string) string {
+	if nameRE.MatchString(sqsName) {
+		return sqsName
+	}
+	base := strings.ReplaceAll(strings.ToLower(sqsName), "_", "-")
+	if base == "" || base[0] < 'a' || base[0] > 'z' {
+		base = "q-" + base
+	}
+	sum := sha256.Sum256([]byte(sqsName))
+	suffix := strings.ToLower(base32.StdEncoding.EncodeToString(sum[:]))[:bindingHashLen]
+	if max := MaxNameLength - 1 - bindingHashLen; len(base) > max {
+		base = base[:max]
+	}
+	return base + "-" + suffix
 }
 
 // SQSState is the content of [SQSStateFile].
@@ -63,14 +91,18 @@ type SQSState struct {
 	Version int `json:"version"`
 	// Queues are the queues the SQS API created, sorted by name.
 	Queues []CreatedQueue `json:"queues"`
-	// Tags are the SQS tags of queues by name (created queues and stack
-	// bindings alike).
+	// Tags are the SQS tags of queues by binding name (created queues and
+	// stack bindings alike).
 	Tags map[string]map[string]string `json:"tags,omitempty"`
 }
 
 // CreatedQueue is one queue the SQS API created.
 type CreatedQueue struct {
+	// Name is the queue's SQS name (case-sensitive), as SQS shows it.
 	Name string `json:"name"`
+	// Binding is the binding name, when it is not Name (an SQS name that
+	// is no binding name: see [DeriveBindingName]).
+	Binding string `json:"binding,omitempty"`
 	// Engine and Replicas are chosen once, at creation.
 	Engine   string `json:"engine"`
 	Replicas int    `json:"replicas,omitempty"`
@@ -81,7 +113,7 @@ type CreatedQueue struct {
 	WaitTimeSeconds   int `json:"receiveMessageWaitTimeSeconds,omitempty"`
 	RetentionPeriod   int `json:"messageRetentionPeriod"`
 	// MaxReceiveCount and DeadLetter are the RedrivePolicy (0 and "" for
-	// none).
+	// none); DeadLetter is the dead-letter queue's binding name.
 	MaxReceiveCount int    `json:"maxReceiveCount,omitempty"`
 	DeadLetter      string `json:"deadLetter,omitempty"`
 	// Created is the creation time, Unix seconds.
@@ -91,6 +123,9 @@ type CreatedQueue struct {
 // SQSAttrs are the SQS attributes of a binding that no stack file field
 // has. A stack binding has its zero value.
 type SQSAttrs struct {
+	// Name is a created queue's SQS name when it is not the binding's
+	// name; "" when it is (always for a stack binding).
+	Name string
 	// DelaySeconds is the queue's default delay of a SendMessage,
 	// WaitTimeSeconds a ReceiveMessage's default long poll.
 	DelaySeconds, WaitTimeSeconds int
@@ -99,6 +134,48 @@ type SQSAttrs struct {
 	// Created is when CreateQueue created the queue, Unix seconds; 0 for
 	// a stack binding.
 	Created int64
+}
+
+// BindingName is the binding name of q: Binding, or Name when Binding is "".
+func (q CreatedQueue) BindingName() string {
+	if q.Binding != "" {
+		return q.Binding
+	}
+	return q.Name
+}
+
+// SQSName is the name under which the SQS API shows b: its binding name,
+// unless CreateQueue created it under an SQS name that is no binding name.
+func (b Binding) SQSName() string {
+	if b.SQS.Name != "" {
+		return b.SQS.Name
+	}
+	return b.Name
+}
+
+// SQSQueue returns the queue binding that the SQS API shows under the
+// SQS name name (names are case-sensitive, as in SQS).
+func (s *Stack) SQSQueue(name string) (*Binding, bool) {
+	if s == nil {
+		return nil, false
+	}
+	if b, ok := s.Binding(name); ok && b.SQS.Name == "" {
+		return b, b.Type == TypeQueue
+	}
+	if s.sqsIndex != nil {
+		if i, ok := s.sqsIndex[name]; ok && i < len(s.Bindings) && s.Bindings[i].SQS.Name == name {
+			return &s.Bindings[i], true
+		}
+		if len(s.sqsIndex) == 0 {
+			return nil, false
+		}
+	}
+	for i := range s.Bindings {
+		if s.Bindings[i].SQS.Name == name {
+			return &s.Bindings[i], true
+		}
+	}
+	return nil, false
 }
 
 // SQSStatePath is the state file of a stack whose dataDir is dataDir.
@@ -156,6 +233,7 @@ func (st *SQSState) check() error {
 		return fmt.Errorf("queues: at most %d, got %d", MaxCreatedQueues, len(st.Queues))
 	}
 	seen := make(map[string]bool, len(st.Queues))
+	binding := make(map[string]string, len(st.Queues))
 	for i, q := range st.Queues {
 		if err := q.Check(); err != nil {
 			return fmt.Errorf("queues[%d]: %w", i, err)
@@ -164,6 +242,10 @@ func (st *SQSState) check() error {
 			return fmt.Errorf("queues[%d]: name %s appears twice", i, q.Name)
 		}
 		seen[q.Name] = true
+		if other, ok := binding[q.BindingName()]; ok {
+			return fmt.Errorf("queues[%d]: binding name %s of queue %s is also the binding name of queue %s", i, q.BindingName(), q.Name, other)
+		}
+		binding[q.BindingName()] = q.Name
 	}
 	for name, tags := range st.Tags {
 		if err := CheckSQSTags(tags); err != nil {
@@ -177,6 +259,14 @@ func (st *SQSState) check() error {
 func (q CreatedQueue) Check() error {
 	if err := CheckCreatedQueueName(q.Name); err != nil {
 		return fmt.Errorf("name %w", err)
+	}
+	switch {
+	case q.Binding == "" && !nameRE.MatchString(q.Name):
+		return fmt.Errorf("queue %s: binding must be set (to a name matching %s) when the name is no binding name, got nothing", q.Name, namePattern)
+	case q.Binding != "" && !nameRE.MatchString(q.Binding):
+		return fmt.Errorf("queue %s: binding must match %s (a lowercase letter, then up to %d lowercase letters, digits or -), got %q", q.Name, namePattern, MaxNameLength-1, q.Binding)
+	case q.Binding != "" && q.Binding != DeriveBindingName(q.Name):
+		return fmt.Errorf("queue %s: binding must be %s (derived from the name), got %q", q.Name, DeriveBindingName(q.Name), q.Binding)
 	}
 	in := func(field string, v, lo, hi int) error {
 		if v < lo || v > hi {
@@ -213,12 +303,20 @@ func (q CreatedQueue) Check() error {
 		if err := in("maxReceiveCount", q.MaxReceiveCount, MaxAttemptsMin, MaxAttemptsMax); err != nil {
 			return err
 		}
-		if q.DeadLetter == q.Name {
+		if !nameRE.MatchString(q.DeadLetter) {
+			return fmt.Errorf("queue %s: deadLetter must be a binding name matching %s, got %q", q.Name, namePattern, q.DeadLetter)
+		}
+		if q.DeadLetter == q.BindingName() {
 			return fmt.Errorf("queue %s: the dead-letter queue must be another queue, got itself", q.Name)
 		}
 	}
 	return nil
 }
+
+// ErrBindingTaken is wrapped by the error of a CreateQueue whose binding
+// name, derived from its SQS name, is another binding's: the queue is
+// refused rather than aliased.
+var ErrBindingTaken = errors.New("the binding name derived from the SQS name is taken; choose another queue name")
 
 // ErrSQSLimit is wrapped by the errors of CheckSQSTags and by those of a
 // CreateQueue beyond MaxCreatedQueues.
@@ -304,15 +402,22 @@ func mergeCreated(s *Stack) []Problem {
 	}
 	added := 0
 	for _, q := range st.Queues {
-		if _, ok := s.Binding(q.Name); ok {
+		if _, ok := s.Binding(q.BindingName()); ok {
+			if q.Binding != "" {
+				bad(q, "its binding name %s is a binding of the stack file; the two would share a store", q.Binding)
+			}
 			continue // the stack file wins
 		}
-		b := Binding{Name: q.Name, Type: TypeQueue, Engine: q.Engine, Replicas: q.Replicas, Durability: DefaultDurability,
+		sqsName := ""
+		if q.Binding != "" {
+			sqsName = q.Name
+		}
+		b := Binding{Name: q.BindingName(), Type: TypeQueue, Engine: q.Engine, Replicas: q.Replicas, Durability: DefaultDurability,
 			VisibilityTimeout: time.Duration(q.VisibilityTimeout) * time.Second, MaxAttempts: q.MaxReceiveCount, DeadLetter: q.DeadLetter,
 			RetryDelay: DefaultRetryDelay, MaxRetryDelay: DefaultMaxRetryDelay, DedupWindow: DefaultDedupWindow, Created: true,
-			SQS: SQSAttrs{DelaySeconds: q.DelaySeconds, WaitTimeSeconds: q.WaitTimeSeconds, RetentionSeconds: q.RetentionPeriod, Created: q.Created}}
+			SQS: SQSAttrs{Name: sqsName, DelaySeconds: q.DelaySeconds, WaitTimeSeconds: q.WaitTimeSeconds, RetentionSeconds: q.RetentionPeriod, Created: q.Created}}
 		if q.Engine == EngineSQLite {
-			b.Path = filepath.Join(s.DataDir, string(TypeQueue), q.Name)
+			b.Path = filepath.Join(s.DataDir, string(TypeQueue), b.Name)
 			if other, ok := paths[b.Path]; ok {
 				bad(q, "its folder %s is the path of binding %s", b.Path, other)
 				continue

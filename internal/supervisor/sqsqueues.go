@@ -26,6 +26,9 @@ var (
 // ErrQueueExists (or ErrStackBinding for a KV binding); a failed reload
 // leaves the file as it was.
 func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tags map[string]string) error {
+	if q.Binding == "" && !config.IsBindingName(q.Name) {
+		q.Binding = config.DeriveBindingName(q.Name)
+	}
 	if err := q.Check(); err != nil {
 		return err
 	}
@@ -34,8 +37,18 @@ func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tag
 	}
 	s.sqsMu.Lock()
 	defer s.sqsMu.Unlock()
-	if b, ok := s.Stack().Binding(q.Name); ok {
-		if b.Type != config.TypeQueue {
+	stack := s.Stack()
+	if _, ok := stack.SQSQueue(q.Name); ok {
+		return fmt.Errorf("queue %s: %w", q.Name, ErrQueueExists)
+	}
+	bn := q.BindingName()
+	if b, ok := stack.Binding(bn); ok {
+		switch {
+		case bn != q.Name && b.Created:
+			return fmt.Errorf("queue %s: its binding name %s is taken by queue %s, created through the SQS API: %w", q.Name, bn, b.SQSName(), config.ErrBindingTaken)
+		case bn != q.Name:
+			return fmt.Errorf("queue %s: its binding name %s is taken by a %s binding of the stack file: %w", q.Name, bn, b.Type, config.ErrBindingTaken)
+		case b.Type != config.TypeQueue:
 			return fmt.Errorf("%s is a %s binding of the stack file: %w", q.Name, b.Type, ErrStackBinding)
 		}
 		return fmt.Errorf("queue %s: %w", q.Name, ErrQueueExists)
@@ -49,6 +62,10 @@ func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tag
 		// In the file but shadowed or refused at load: never two entries.
 		return fmt.Errorf("queue %s is in %s but not served (see up's log): %w", q.Name, config.SQSStatePath(s.dataDir), ErrQueueExists)
 	}
+	if i := slices.IndexFunc(st.Queues, func(c config.CreatedQueue) bool { return c.BindingName() == bn }); i >= 0 {
+		return fmt.Errorf("queue %s: its binding name %s is taken by queue %s in %s (not served, see up's log): %w",
+			q.Name, bn, st.Queues[i].Name, config.SQSStatePath(s.dataDir), config.ErrBindingTaken)
+	}
 	if len(st.Queues) >= config.MaxCreatedQueues {
 		return fmt.Errorf("%w: at most %d queues are created through the SQS API, got %d already; delete some", config.ErrSQSLimit, config.MaxCreatedQueues, len(st.Queues))
 	}
@@ -58,7 +75,7 @@ func (s *Supervisor) CreateQueue(ctx context.Context, q config.CreatedQueue, tag
 		if st.Tags == nil {
 			st.Tags = map[string]map[string]string{}
 		}
-		st.Tags[q.Name] = maps.Clone(tags)
+		st.Tags[bn] = maps.Clone(tags)
 	}
 	return s.writeAndReload(ctx, old, st, "CreateQueue "+q.Name)
 }
@@ -79,7 +96,7 @@ func (s *Supervisor) UpdateQueue(ctx context.Context, q config.CreatedQueue) err
 	}
 	old := st
 	st.Queues = slices.Clone(st.Queues)
-	q.Engine, q.Replicas, q.Created = st.Queues[i].Engine, st.Queues[i].Replicas, st.Queues[i].Created
+	q.Engine, q.Replicas, q.Created, q.Binding = st.Queues[i].Engine, st.Queues[i].Replicas, st.Queues[i].Created, st.Queues[i].Binding
 	if err := q.Check(); err != nil {
 		return err
 	}
@@ -87,7 +104,8 @@ func (s *Supervisor) UpdateQueue(ctx context.Context, q config.CreatedQueue) err
 	return s.writeAndReload(ctx, old, st, "SetQueueAttributes "+q.Name)
 }
 
-// DeleteQueue removes a queue the SQS API created: from the state file,
+// DeleteQueue removes the queue the SQS API created with binding name
+// name: from the state file,
 // from what up serves, then its store. A binding of the stack file is never
 // removed (ErrStackBinding); nor is a queue that another queue dead-letters
 // into.
@@ -110,7 +128,7 @@ func (s *Supervisor) DeleteQueue(ctx context.Context, name string) error {
 		return err
 	}
 	old := st
-	st.Queues = slices.DeleteFunc(slices.Clone(st.Queues), func(q config.CreatedQueue) bool { return q.Name == name })
+	st.Queues = slices.DeleteFunc(slices.Clone(st.Queues), func(q config.CreatedQueue) bool { return q.BindingName() == name })
 	if len(st.Queues) == len(old.Queues) {
 		return fmt.Errorf("queue %s: %w", name, ErrNoCreatedQueue)
 	}
@@ -146,7 +164,7 @@ func (s *Supervisor) writeAndReload(ctx context.Context, old, st config.SQSState
 	return nil
 }
 
-// QueueTags returns the SQS tags of a served queue.
+// QueueTags returns the SQS tags of the served queue with binding name name.
 func (s *Supervisor) QueueTags(name string) (map[string]string, error) {
 	if _, ok := s.Queue(name); !ok {
 		return nil, fmt.Errorf("queue %s: %w", name, ErrNoSuchQueue)
@@ -158,8 +176,8 @@ func (s *Supervisor) QueueTags(name string) (map[string]string, error) {
 	return maps.Clone(st.Tags[name]), nil
 }
 
-// TagQueue sets the tags set and removes the keys unset from a served
-// queue's tags, in the state file. The result must hold within SQS's
+// TagQueue sets the tags set and removes the keys unset from the tags of
+// the served queue with binding name name, in the state file. The result must hold within SQS's
 // limits (config.CheckSQSTags).
 func (s *Supervisor) TagQueue(name string, set map[string]string, unset []string) error {
 	s.sqsMu.Lock()

@@ -24,7 +24,8 @@ type Admin interface {
 	// UpdateQueue changes the attributes of a queue CreateQueue created
 	// (not its engine) and returns once they are served.
 	UpdateQueue(ctx context.Context, q config.CreatedQueue) error
-	// DeleteQueue deletes a queue CreateQueue created, with its store.
+	// DeleteQueue deletes a queue CreateQueue created, with its store;
+	// name is its binding name, as for QueueTags and TagQueue.
 	DeleteQueue(ctx context.Context, name string) error
 	// QueueTags returns a queue's tags.
 	QueueTags(name string) (map[string]string, error)
@@ -66,6 +67,9 @@ func (s *Server) newQueue(st *config.Stack, name string, asked map[string]string
 	}
 	if template != nil && template.Engine == config.EngineJetStream {
 		q.Engine, q.Replicas = config.EngineJetStream, max(template.Replicas, 1)
+	}
+	if !config.IsBindingName(name) {
+		q.Binding = config.DeriveBindingName(name)
 	}
 	if err := q.Check(); err != nil {
 		return q, errf(codeInvalidAttributeValue, "CreateQueue %s: %v", name, err)
@@ -127,7 +131,11 @@ func (s *Server) applyAttrs(q *config.CreatedQueue, asked map[string]string, op 
 
 // createdOf is the CreatedQueue a created binding came from.
 func createdOf(b config.Binding) config.CreatedQueue {
-	return config.CreatedQueue{Name: b.Name, Engine: b.Engine, Replicas: b.Replicas, VisibilityTimeout: int(b.VisibilityTimeout / time.Second),
+	binding := ""
+	if b.SQS.Name != "" {
+		binding = b.Name
+	}
+	return config.CreatedQueue{Name: b.SQSName(), Binding: binding, Engine: b.Engine, Replicas: b.Replicas, VisibilityTimeout: int(b.VisibilityTimeout / time.Second),
 		DelaySeconds: b.SQS.DelaySeconds, WaitTimeSeconds: b.SQS.WaitTimeSeconds, RetentionPeriod: b.SQS.RetentionSeconds,
 		MaxReceiveCount: b.MaxAttempts, DeadLetter: b.DeadLetter, Created: b.SQS.Created}
 }
@@ -143,11 +151,11 @@ func (s *Server) updateQueue(ctx context.Context, t *target, admin Admin, asked 
 	if dl != nil {
 		if dl.Engine != q.Engine {
 			return errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: queue %s uses engine %s but %s uses engine %s; a dead-letter pair must be on one engine",
-				q.Name, q.Engine, dl.Name, dl.Engine)
+				q.Name, q.Engine, dl.SQSName(), dl.Engine)
 		}
 		for cur, i := dl, 0; cur != nil && i <= len(t.st.Bindings); i++ {
-			if cur.Name == q.Name {
-				return errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: dead-letter cycle through %s: messages would move around it forever", dl.Name)
+			if cur.Name == q.BindingName() {
+				return errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: dead-letter cycle through %s: messages would move around it forever", dl.SQSName())
 			}
 			next, ok := t.st.Binding(cur.DeadLetter)
 			if !ok || cur.MaxAttempts == 0 {
@@ -189,7 +197,7 @@ func (s *Server) redriveOf(q *config.CreatedQueue, policy string) (*config.Bindi
 	if dlName == q.Name {
 		return nil, errf(codeInvalidAttributeValue, "invalid value for the parameter RedrivePolicy: the dead-letter queue must be another queue, got %s itself", dlName)
 	}
-	q.MaxReceiveCount, q.DeadLetter = n, dlName
+	q.MaxReceiveCount, q.DeadLetter = n, dl.b.Name
 	return &dl.b, nil
 }
 
@@ -248,7 +256,7 @@ func (s *Server) tagQueue(_ context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	if err := a.TagQueue(t.name, tags, nil); err != nil {
+	if err := a.TagQueue(t.b.Name, tags, nil); err != nil {
 		return nil, tagFailed("TagQueue", t.name, err)
 	}
 	return nil, nil
@@ -270,7 +278,7 @@ func (s *Server) untagQueue(_ context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	if err := a.TagQueue(t.name, nil, keys); err != nil {
+	if err := a.TagQueue(t.b.Name, nil, keys); err != nil {
 		return nil, tagFailed("UntagQueue", t.name, err)
 	}
 	return nil, nil
@@ -285,7 +293,7 @@ func (s *Server) listQueueTags(_ context.Context, c *call) (obj, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	tags, err := a.QueueTags(t.name)
+	tags, err := a.QueueTags(t.b.Name)
 	if err != nil {
 		return nil, tagFailed("ListQueueTags", t.name, err)
 	}

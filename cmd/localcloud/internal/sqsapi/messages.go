@@ -345,7 +345,7 @@ func (s *Server) receiveMessage(ctx context.Context, c *call) (obj, *apiError) {
 func (s *Server) receive(ctx context.Context, t *target, max int, vis, wait time.Duration) ([]queue.Message, error) {
 	end := time.Now().Add(wait)
 	for {
-		hint := s.wake.chanFor(t.name)
+		hint := s.wake.chanFor(t.b.Name)
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.ctx, cancel)
 		go func() {

@@ -35,15 +35,23 @@ const retentionSeconds = 14 * 24 * 3600
 
 // redrivePolicy is the RedrivePolicy attribute of b ("" without a
 // dead-letter policy).
-func (s *Server) redrivePolicy(b config.Binding) string {
+func (s *Server) redrivePolicy(st *config.Stack, b config.Binding) string {
 	if b.MaxAttempts <= 0 || b.DeadLetter == "" {
 		return ""
 	}
 	js, _ := json.Marshal(struct {
 		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
 		MaxReceiveCount     int    `json:"maxReceiveCount"`
-	}{s.arn(b.DeadLetter), b.MaxAttempts})
+	}{s.arn(sqsNameOf(st, b.DeadLetter)), b.MaxAttempts})
 	return string(js)
+}
+
+// sqsNameOf is the SQS name of the binding called binding.
+func sqsNameOf(st *config.Stack, binding string) string {
+	if b, ok := st.Binding(binding); ok {
+		return b.SQSName()
+	}
+	return binding
 }
 
 // attrs returns the attributes names of t (every one for "All").
@@ -107,7 +115,7 @@ func (s *Server) attrs(ctx context.Context, t *target, names []string) (map[stri
 				v = strconv.Itoa(t.b.SQS.RetentionSeconds)
 			}
 		case "RedrivePolicy":
-			if v = s.redrivePolicy(t.b); v == "" {
+			if v = s.redrivePolicy(t.st, t.b); v == "" {
 				continue
 			}
 		case "SqsManagedSseEnabled":
@@ -160,11 +168,12 @@ func (s *Server) listQueues(_ context.Context, c *call) (obj, *apiError) {
 	}
 	var names []string
 	for _, b := range s.opts.Source.Stack().Bindings {
-		if b.Type != config.TypeQueue || !strings.HasPrefix(b.Name, prefix) || b.Name <= after {
+		n := b.SQSName()
+		if b.Type != config.TypeQueue || !strings.HasPrefix(n, prefix) || n <= after {
 			continue
 		}
 		if _, open := s.opts.Source.Queue(b.Name); open {
-			names = append(names, b.Name)
+			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
@@ -246,7 +255,7 @@ func (s *Server) createQueue(ctx context.Context, c *call) (obj, *apiError) {
 			}
 			return obj{{"QueueUrl", s.queueURL(name)}}, nil
 		}
-		if errors.Is(err, config.ErrSQSLimit) {
+		if errors.Is(err, config.ErrSQSLimit) || errors.Is(err, config.ErrBindingTaken) {
 			return nil, errf(codeInvalidParameterValue, "CreateQueue %s: %v", name, err)
 		}
 		return nil, queueFailed("CreateQueue "+name, err)
@@ -335,10 +344,10 @@ func (s *Server) deleteQueue(ctx context.Context, c *call) (obj, *apiError) {
 		return nil, errf(codeUnsupportedOperation, "DeleteQueue %s: the queue is a binding of the stack file %s; remove the binding there to stop serving it (its store is kept)",
 			t.name, t.st.File)
 	}
-	if o := t.st.DeadLetterOrigins(t.name); len(o) > 0 {
-		return nil, errf(codeInvalidParameterValue, "DeleteQueue %s: queue %s dead-letters into it (RedrivePolicy); delete %s first", t.name, o[0].Name, o[0].Name)
+	if o := t.st.DeadLetterOrigins(t.b.Name); len(o) > 0 {
+		return nil, errf(codeInvalidParameterValue, "DeleteQueue %s: queue %s dead-letters into it (RedrivePolicy); delete %s first", t.name, o[0].SQSName(), o[0].SQSName())
 	}
-	if err := admin.DeleteQueue(ctx, t.name); err != nil {
+	if err := admin.DeleteQueue(ctx, t.b.Name); err != nil {
 		if _, aerr := s.binding(t.name); aerr != nil {
 			return nil, errf(codeQueueDoesNotExist, "the specified queue does not exist: %s (%v)", t.name, err)
 		}
@@ -383,8 +392,8 @@ func (s *Server) listDeadLetterSourceQueues(_ context.Context, c *call) (obj, *a
 		return nil, aerr
 	}
 	urls := list{item: "QueueUrl"}
-	for _, o := range t.st.DeadLetterOrigins(t.name) {
-		urls.items = append(urls.items, s.queueURL(o.Name))
+	for _, o := range t.st.DeadLetterOrigins(t.b.Name) {
+		urls.items = append(urls.items, s.queueURL(o.SQSName()))
 	}
 	return obj{{"queueUrls", urls}}, nil
 }
@@ -432,7 +441,7 @@ func (s *Server) startMessageMoveTask(ctx context.Context, c *call) (obj, *apiEr
 			return nil, aerr
 		}
 		opts = append(opts, queue.RedriveTo(engine.Location(dst.b)))
-	} else if len(src.st.DeadLetterOrigins(srcName)) == 0 {
+	} else if len(src.st.DeadLetterOrigins(src.b.Name)) == 0 {
 		return nil, errf(codeInvalidParameterValue, "value %s for parameter SourceArn is invalid: queue %s is no binding's deadLetter queue; give DestinationArn", srcARN, srcName)
 	}
 	task := moveTask{handle: uuid.NewString(), source: srcARN, dest: dstARN, started: s.opts.Now()}

@@ -316,12 +316,12 @@ func (s *Server) nameOfARN(field, arn string) (string, *apiError) {
 	return strings.TrimPrefix(arn, pfx), nil
 }
 
-// binding finds the served queue binding called name.
+// binding finds the served queue binding whose SQS name is name.
 func (s *Server) binding(name string) (*target, *apiError) {
 	st := s.opts.Source.Stack()
-	b, ok := st.Binding(name)
-	if ok && b.Type == config.TypeQueue {
-		if q, open := s.opts.Source.Queue(name); open {
+	b, ok := st.SQSQueue(name)
+	if ok {
+		if q, open := s.opts.Source.Queue(b.Name); open {
 			return &target{name: name, b: *b, q: q, st: st}, nil
 		}
 	}
