@@ -75,7 +75,6 @@ func TestCreateQueueOfANewName(t *testing.T) {
 	e.wantErr("CreateQueue", map[string]any{"QueueName": "carts"}, "InvalidParameterValue", "kv binding")
 	e.wantErr("CreateQueue", map[string]any{"QueueName": "bad name"}, "InvalidParameterValue", "[A-Za-z0-9_-]{1,80}")
 	e.wantErr("CreateQueue", map[string]any{"QueueName": strings.Repeat("a", 81)}, "InvalidParameterValue", "1 to 80")
-	e.wantErr("CreateQueue", map[string]any{"QueueName": "Upper_Case"}, "InvalidParameterValue", "lowercase")
 	e.wantErr("CreateQueue", map[string]any{"QueueName": "x", "Attributes": map[string]string{"VisibilityTimeout": "50000"}}, "InvalidAttributeValue", "43200")
 	e.wantErr("CreateQueue", map[string]any{"QueueName": "x", "Attributes": map[string]string{"Policy": "{}"}}, "InvalidAttributeName", "Policy")
 	e.wantErr("CreateQueue", map[string]any{"QueueName": "x", "tags": map[string]string{"k": strings.Repeat("v", 257)}}, "InvalidParameterValue", "256")
@@ -278,4 +277,108 @@ func TestSetQueueAttributesOfACreatedQueue(t *testing.T) {
 		t.Fatalf("the policy was not removed: %v", attrs)
 	}
 	e.mustJSON("DeleteQueue", map[string]any{"QueueUrl": b}) // no source any more
+}
+
+// TestCreateQueueOfAnySQSName: SQS names that are no binding names (upper
+// case, _, 80 characters) are created, shown under their SQS names
+// everywhere the SQS API shows a name, kept case-sensitive, and survive a
+// restart; their bindings have derived names.
+func TestCreateQueueOfAnySQSName(t *testing.T) {
+	e := newEnv(t)
+	base := strings.TrimSuffix(e.url, "orders")
+	arn := "arn:aws:sqs:us-east-1:000000000000:"
+	long := strings.Repeat("Q_", 39) + "zZ" // 80 characters
+	names := []string{"Mixed_Case-Name_1", "mixed-case-name-1", "Orders", long}
+	for _, n := range names {
+		out := e.mustJSON("CreateQueue", map[string]any{"QueueName": n, "tags": map[string]string{"name": n}})
+		if out["QueueUrl"] != base+n {
+			t.Fatalf("CreateQueue %s: QueueUrl = %v", n, out["QueueUrl"])
+		}
+	}
+	dlq := "Dead_Letters"
+	e.mustJSON("CreateQueue", map[string]any{"QueueName": dlq})
+	src := "Src_1"
+	e.mustJSON("CreateQueue", map[string]any{"QueueName": src, "Attributes": map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + arn + dlq + `","maxReceiveCount":1}`}})
+	check := func(when string) {
+		t.Helper()
+		st := e.sup.Stack()
+		for _, n := range append(names, dlq, src) {
+			bn := config.DeriveBindingName(n)
+			b, ok := st.Binding(bn)
+			if !ok || !b.Created || b.SQSName() != n {
+				t.Fatalf("%s: binding %s of %s = %+v, %v", when, bn, n, b, ok)
+			}
+			out := e.mustJSON("GetQueueUrl", map[string]any{"QueueName": n})
+			if out["QueueUrl"] != base+n {
+				t.Fatalf("%s: GetQueueUrl %s = %v", when, n, out)
+			}
+			out = e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": base + n, "AttributeNames": []string{"QueueArn"}})
+			if a := out["Attributes"].(map[string]any); a["QueueArn"] != arn+n {
+				t.Fatalf("%s: QueueArn of %s = %v", when, n, a)
+			}
+		}
+		if b, _ := st.Binding(config.DeriveBindingName(src)); b.DeadLetter != config.DeriveBindingName(dlq) {
+			t.Fatalf("%s: %s dead-letters into binding %q, want %s's", when, src, b.DeadLetter, dlq)
+		}
+		out := e.mustJSON("GetQueueAttributes", map[string]any{"QueueUrl": base + src, "AttributeNames": []string{"RedrivePolicy"}})
+		if rp := out["Attributes"].(map[string]any)["RedrivePolicy"].(string); !strings.Contains(rp, `"`+arn+dlq+`"`) {
+			t.Fatalf("%s: RedrivePolicy = %s, want %s's ARN", when, rp, dlq)
+		}
+		out = e.mustJSON("ListDeadLetterSourceQueues", map[string]any{"QueueUrl": base + dlq})
+		if fmt.Sprint(out["queueUrls"]) != fmt.Sprint([]any{base + src}) {
+			t.Fatalf("%s: dead-letter sources of %s = %v", when, dlq, out)
+		}
+		out = e.mustJSON("ListQueues", map[string]any{"QueueNamePrefix": "Mixed"})
+		if fmt.Sprint(out["QueueUrls"]) != fmt.Sprint([]any{base + "Mixed_Case-Name_1"}) {
+			t.Fatalf("%s: ListQueues Mixed = %v", when, out)
+		}
+		out = e.mustJSON("ListQueues", map[string]any{"QueueNamePrefix": "Orders"})
+		if fmt.Sprint(out["QueueUrls"]) != fmt.Sprint([]any{base + "Orders"}) {
+			t.Fatalf("%s: ListQueues Orders = %v (the stack's orders is another queue)", when, out)
+		}
+		out = e.mustJSON("ListQueueTags", map[string]any{"QueueUrl": base + long})
+		if fmt.Sprint(out["Tags"]) != fmt.Sprint(map[string]any{"name": long}) {
+			t.Fatalf("%s: tags of the long name = %v", when, out)
+		}
+		// A derived binding name is no SQS name.
+		e.wantErr("GetQueueUrl", map[string]any{"QueueName": config.DeriveBindingName("Orders")}, "QueueDoesNotExist", "does not exist")
+	}
+	check("created")
+	// Case-sensitive: Orders and orders are two queues.
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": base + "Orders", "MessageBody": "upper"})
+	e.mustJSON("SendMessage", map[string]any{"QueueUrl": base + long, "MessageBody": "long"})
+	out := e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": e.url})
+	if msgs, _ := out["Messages"].([]any); len(msgs) != 0 {
+		t.Fatalf("orders received Orders' message: %v", out)
+	}
+	e.restart()
+	check("after a restart")
+	for n, body := range map[string]string{"Orders": "upper", long: "long"} {
+		out = e.mustJSON("ReceiveMessage", map[string]any{"QueueUrl": base + n})
+		if msgs, _ := out["Messages"].([]any); len(msgs) != 1 || msgs[0].(map[string]any)["Body"] != body {
+			t.Fatalf("ReceiveMessage %s after restart: %v", n, out)
+		}
+	}
+	e.wantErr("DeleteQueue", map[string]any{"QueueUrl": base + dlq}, "InvalidParameterValue", "queue "+src+" dead-letters into it")
+	for _, n := range append(names, src, dlq) {
+		e.mustJSON("DeleteQueue", map[string]any{"QueueUrl": base + n})
+		e.wantErr("GetQueueUrl", map[string]any{"QueueName": n}, "QueueDoesNotExist", n)
+		if _, err := os.Stat(filepath.Join(e.sup.Stack().DataDir, "queue", config.DeriveBindingName(n))); !os.IsNotExist(err) {
+			t.Fatalf("store of %s left after DeleteQueue: %v", n, err)
+		}
+	}
+	if _, ok := e.sup.Stack().Binding("orders"); !ok {
+		t.Fatal("the stack's orders is gone")
+	}
+
+	// A derived binding name that the stack file has is refused, naming it.
+	taken := config.DeriveBindingName("Taken_Q")
+	file := e.sup.Stack().File
+	if err := os.WriteFile(file, []byte(testStack+"  "+taken+":\n    type: queue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	e.wantErr("CreateQueue", map[string]any{"QueueName": "Taken_Q"}, "InvalidParameterValue", "binding name "+taken+" is taken by a queue binding of the stack file")
+	e.wantErr("GetQueueUrl", map[string]any{"QueueName": "Taken_Q"}, "QueueDoesNotExist", "Taken_Q")
 }
