@@ -70,6 +70,7 @@ func stackFromRuntime(rt *supervisor.Runtime) *config.Stack {
 			MaxRetryDelay:     ms(rb.MaxRetryDelayMs),
 			DedupWindow:       ms(rb.DedupWindowMs),
 			Created:           rb.CreatedBySQS,
+			SQS:               config.SQSAttrs{Name: rb.SQSName},
 		}
 		if b.Engine == "" {
 			b.Engine = config.DefaultEngine

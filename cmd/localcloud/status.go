@@ -66,6 +66,9 @@ type statusBinding struct {
 	Subject  string `json:"subject,omitempty"`
 	// CreatedBySQS marks a queue the SQS API created (CreateQueue).
 	CreatedBySQS bool `json:"createdBySqs,omitempty"`
+	// SQSName is the name the SQS API shows the queue under, when it is
+	// not Name (an SQS name that is no binding name).
+	SQSName string `json:"sqsName,omitempty"`
 	// Health is ok, missing, replaced, truncated, loose-modes,
 	// not-provisioned, error or problem (supervisor.HealthKind);
 	// HealthMessage says what exactly, absent when ok.
@@ -198,7 +201,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		rep.Stack, rep.StackFile, rep.LastReloadError = rt.Stack, rt.StackFile, rt.LastReloadError
 		setHealth(&rep.Health, &rep.HealthMessage, rt.Health)
 		for _, b := range rt.Bindings {
-			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Stream: b.Stream, Replicas: b.Replicas, CreatedBySQS: b.CreatedBySQS}
+			sb := statusBinding{Name: b.Name, Type: b.Type, Path: b.Path, Subject: b.Subject, Stream: b.Stream, Replicas: b.Replicas, CreatedBySQS: b.CreatedBySQS, SQSName: b.SQSName}
 			if b.Engine != config.DefaultEngine {
 				sb.Engine = b.Engine
 			}
@@ -207,7 +210,7 @@ func buildStatus(ctx context.Context, st *config.Stack, dataDir string, now time
 		}
 	default:
 		for _, b := range st.Bindings {
-			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, CreatedBySQS: b.Created}
+			sb := statusBinding{Name: b.Name, Type: string(b.Type), Path: b.Path, CreatedBySQS: b.Created, SQSName: b.SQS.Name}
 			t, err := toolsOf(b)
 			if err != nil {
 				return nil, err
@@ -363,7 +366,10 @@ func printStatus(w interface{ Write([]byte) (int, error) }, rep *statusReport, n
 			path = b.Path
 		}
 		typ := b.Type
-		if b.CreatedBySQS {
+		switch {
+		case b.SQSName != "":
+			typ += " (SQS " + b.SQSName + ")" // created through the SQS API under that name
+		case b.CreatedBySQS:
 			typ += " (SQS)" // created through the SQS API
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, typ, health, contents(b), path)

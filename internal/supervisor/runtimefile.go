@@ -97,6 +97,9 @@ type RuntimeBinding struct {
 	// CreatedBySQS marks a queue the SQS API created (CreateQueue), kept
 	// in config.SQSStateFile rather than the stack file.
 	CreatedBySQS bool `json:"createdBySqs,omitempty"`
+	// SQSName is the name the SQS API shows the queue under, when it is
+	// not Name (config.SQSAttrs.Name).
+	SQSName string `json:"sqsName,omitempty"`
 }
 
 // Binding returns the binding called name.

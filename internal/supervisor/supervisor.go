@@ -365,6 +365,7 @@ func (s *Supervisor) runtimeLocked() Runtime {
 			rb.MaxRetryDelayMs = b.MaxRetryDelay.Milliseconds()
 			rb.DedupWindowMs = b.DedupWindow.Milliseconds()
 			rb.CreatedBySQS = b.Created
+			rb.SQSName = b.SQS.Name
 		}
 		rt.Bindings = append(rt.Bindings, rb)
 	}
