@@ -298,3 +298,101 @@ func TestBoto3CreatedQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatedQueueOfAnySQSName: a test suite's queue names that are no
+// binding names (mixed case, _, 80 characters) are created through the Go
+// SDK, used, found again after a restart of up under their SQS names, shown
+// by status with their derived binding names (which the CLI takes), and
+// deleted, on a file stack and a JetStream stack.
+func TestCreatedQueueOfAnySQSName(t *testing.T) {
+	for _, engine := range []string{"file", "jetstream"} {
+		t.Run(engine, func(t *testing.T) {
+			s := startStack(t, "", engines[engine])
+			ctx := ctxOf(t)
+			c := s.client()
+			suffix := fmt.Sprintf("%x", time.Now().UnixNano())
+			mixed := "Mixed_Case-Name_" + suffix
+			long := "Long_" + suffix + "_"
+			long += strings.Repeat("x", 80-len(long))
+			names := []string{mixed, long, "Orders"} // Orders: not the stack's orders
+			for _, n := range names {
+				cq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(n), Tags: map[string]string{"n": n}})
+				if err != nil {
+					t.Fatalf("CreateQueue %s: %v\n%s", n, err, s.log())
+				}
+				if *cq.QueueUrl != s.endpoint+"/000000000000/"+n {
+					t.Fatalf("CreateQueue %s: QueueUrl = %s", n, *cq.QueueUrl)
+				}
+				if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: cq.QueueUrl, MessageBody: aws.String("to " + n)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			orders := aws.String(s.endpoint + "/000000000000/orders")
+			if out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: orders}); err != nil || len(out.Messages) != 0 {
+				t.Fatalf("the stack's orders got %+v, %v: Orders and orders must be two queues", out, err)
+			}
+			// status shows the binding name and the SQS name; the CLI takes the binding name.
+			bindingOf := map[string]string{}
+			var st struct {
+				Bindings []struct {
+					Name    string
+					SQSName string `json:"sqsName"`
+				}
+			}
+			if err := json.Unmarshal([]byte(s.lc(t, "status", "--json")), &st); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range st.Bindings {
+				if b.SQSName != "" {
+					bindingOf[b.SQSName] = b.Name
+				}
+			}
+			for _, n := range names {
+				if bindingOf[n] == "" || bindingOf[n] == n {
+					t.Fatalf("status --json has no binding of %s with sqsName: %+v", n, st)
+				}
+				if peek := s.lc(t, "queue", "peek", bindingOf[n]); !strings.Contains(peek, "to "+n[:min(len(n), 20)]) { // peek cuts long payloads
+					t.Fatalf("queue peek %s (%s):\n%s", bindingOf[n], n, peek)
+				}
+			}
+			if text := s.lc(t, "status"); !strings.Contains(text, "queue (SQS "+mixed+")") {
+				t.Fatalf("status does not show the SQS name %s:\n%s", mixed, text)
+			}
+
+			s.stop(t)
+			s.start(t)
+			c = s.client()
+			l, err := c.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String("Mixed_Case-Name_" + suffix)})
+			if err != nil || len(l.QueueUrls) != 1 || l.QueueUrls[0] != s.endpoint+"/000000000000/"+mixed {
+				t.Fatalf("after a restart ListQueues = %+v, %v\n%s", l, err, s.log())
+			}
+			for _, n := range names {
+				got, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(n)})
+				if err != nil || *got.QueueUrl != s.endpoint+"/000000000000/"+n {
+					t.Fatalf("after a restart GetQueueUrl %s = %v, %v", n, got, err)
+				}
+				attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: got.QueueUrl, AttributeNames: []types.QueueAttributeName{"QueueArn"}})
+				if err != nil || attrs.Attributes["QueueArn"] != "arn:aws:sqs:us-east-1:000000000000:"+n {
+					t.Fatalf("after a restart QueueArn of %s = %+v, %v", n, attrs, err)
+				}
+				tags, err := c.ListQueueTags(ctx, &sqs.ListQueueTagsInput{QueueUrl: got.QueueUrl})
+				if err != nil || tags.Tags["n"] != n {
+					t.Fatalf("after a restart tags of %s = %+v, %v", n, tags, err)
+				}
+				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: got.QueueUrl, WaitTimeSeconds: 5})
+				if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "to "+n {
+					t.Fatalf("after a restart receive from %s = %+v, %v", n, out, err)
+				}
+				if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: got.QueueUrl}); err != nil {
+					t.Fatalf("DeleteQueue %s: %v", n, err)
+				}
+				if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(n)}); apiCode(err) != "AWS.SimpleQueueService.NonExistentQueue" {
+					t.Fatalf("after DeleteQueue GetQueueUrl %s = %v (%s)", n, err, apiCode(err))
+				}
+			}
+			if out := s.lc(t, "status", "--json"); strings.Contains(out, "sqsName") {
+				t.Fatalf("status after DeleteQueue:\n%s", out)
+			}
+		})
+	}
+}
