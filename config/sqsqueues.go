@@ -263,6 +263,8 @@ func (q CreatedQueue) Check() error {
 	switch {
 	case q.Binding == "" && !nameRE.MatchString(q.Name):
 		return fmt.Errorf("queue %s: binding must be set (to a name matching %s) when the name is no binding name, got nothing", q.Name, namePattern)
+	case q.Binding != "" && nameRE.MatchString(q.Name):
+		return fmt.Errorf("queue %s: binding must be left out when the name is a binding name, got %q", q.Name, q.Binding)
 	case q.Binding != "" && !nameRE.MatchString(q.Binding):
 		return fmt.Errorf("queue %s: binding must match %s (a lowercase letter, then up to %d lowercase letters, digits or -), got %q", q.Name, namePattern, MaxNameLength-1, q.Binding)
 	case q.Binding != "" && q.Binding != DeriveBindingName(q.Name):

@@ -79,6 +79,7 @@ func TestSQSStateFileIsUntrusted(t *testing.T) {
 		{`{"version":1,"queues":[` + q + `,"name":"bad name"}]}`, `must match [A-Za-z0-9_-]{1,80}`},
 		{`{"version":1,"queues":[` + q + `,"name":"Bad_Name"}]}`, `binding must be set (to a name matching [a-z][a-z0-9-]{0,62})`},
 		{`{"version":1,"queues":[` + q + `,"name":"Bad_Name","binding":"Bad_Name"}]}`, `binding must match [a-z][a-z0-9-]{0,62}`},
+		{`{"version":1,"queues":[` + q + `,"binding":"jobs"}]}`, `binding must be left out when the name is a binding name, got "jobs"`},
 		{`{"version":1,"queues":[` + q + `,"name":"Bad_Name","binding":"orders"}]}`, `binding must be ` + config.DeriveBindingName("Bad_Name") + ` (derived from the name), got "orders"`},
 		{`{"version":1,"queues":[` + q + `,"maxReceiveCount":3,"deadLetter":"Not_A_Binding"}]}`, `deadLetter must be a binding name`},
 		{`{"version":1,"queues":[` + q + `,"visibilityTimeout":0}]}`, "VisibilityTimeout must be 1 to 43200, got 0"},

@@ -65,3 +65,56 @@ func TestReloadReopensWhereMessagesMove(t *testing.T) {
 		t.Fatalf("diff = %+v, %v", d, err)
 	}
 }
+
+// TestCreateQueueNeverAliasesADerivedBindingName: a queue whose SQS name
+// is no binding name is served under its derived binding name; one whose
+// derived name the stack file or another created queue has is refused
+// with ErrBindingTaken naming the holder, and the state file is unchanged.
+func TestCreateQueueNeverAliasesADerivedBindingName(t *testing.T) {
+	taken := config.DeriveBindingName("Taken_Q")
+	s, _, _ := start(t, stackText("  orders:", "    type: queue", "  "+taken+":", "    type: queue"), Options{NoWatch: true})
+	if err := s.CreateQueue(ctx, createdQueue("Mixed_Q"), map[string]string{"a": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	bn := config.DeriveBindingName("Mixed_Q")
+	if _, ok := s.Queue(bn); !ok {
+		t.Fatalf("Mixed_Q is not served as %s", bn)
+	}
+	if b, ok := s.Stack().SQSQueue("Mixed_Q"); !ok || b.Name != bn {
+		t.Fatalf("SQSQueue(Mixed_Q) = %+v, %v", b, ok)
+	}
+	if tags, err := s.QueueTags(bn); err != nil || tags["a"] != "1" {
+		t.Fatalf("tags of %s = %v, %v", bn, tags, err)
+	}
+	if err := s.CreateQueue(ctx, createdQueue("Mixed_Q"), nil); !errors.Is(err, ErrQueueExists) {
+		t.Fatalf("CreateQueue of Mixed_Q again = %v", err)
+	}
+	before := mustRead(t, config.SQSStatePath(s.dataDir))
+	err := s.CreateQueue(ctx, createdQueue("Taken_Q"), nil)
+	if !errors.Is(err, config.ErrBindingTaken) || !strings.Contains(err.Error(), "binding name "+taken+" is taken by a queue binding of the stack file") {
+		t.Fatalf("CreateQueue of Taken_Q = %v, want ErrBindingTaken naming the stack file's %s", err, taken)
+	}
+	// Another created queue holding the name (a file written by hand).
+	other := createdQueue("holder")
+	q := createdQueue("Held_Q")
+	other.Name = config.DeriveBindingName("Held_Q")
+	if err := s.CreateQueue(ctx, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	err = s.CreateQueue(ctx, q, nil)
+	if !errors.Is(err, config.ErrBindingTaken) || !strings.Contains(err.Error(), "taken by queue "+other.Name) {
+		t.Fatalf("CreateQueue of Held_Q = %v, want ErrBindingTaken naming queue %s", err, other.Name)
+	}
+	if err := s.DeleteQueue(ctx, other.Name); err != nil {
+		t.Fatal(err)
+	}
+	if after := mustRead(t, config.SQSStatePath(s.dataDir)); string(after) != string(before) {
+		t.Fatalf("state file changed:\n%s\nwas\n%s", after, before)
+	}
+	if err := s.DeleteQueue(ctx, bn); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Queue(bn); ok {
+		t.Fatal("Mixed_Q is served after DeleteQueue")
+	}
+}
