@@ -78,7 +78,19 @@ func testBatchHundred(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	tl.wantNotDue(t, q, before, delay)
-	wantTexts(t, tl.receiveDueN(t, q, 10, before, delay), "d-000", "d-001", "d-002")
+	due := tl.receiveDueN(t, q, 10, before, delay)
+	if !tl.isReal() || !tl.caps.PeekHidesLeases {
+		wantTexts(t, due, "d-000", "d-001", "d-002")
+		return
+	}
+	// A server that makes delayed messages due on its own timer (JetStream's
+	// schedules) makes them due one after another: the receive that saw
+	// the first may come before the last (seen under -race: d-000, d-001).
+	// The rest must follow within serverSlack, in order.
+	for end := time.Now().Add(serverSlack); len(due) < 3 && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		due = append(due, receive(t, q, 10)...)
+	}
+	wantTexts(t, due, "d-000", "d-001", "d-002")
 }
 
 func testBatchLimits(t *testing.T, h Harness) {
