@@ -224,8 +224,20 @@ func TestHostileStackFiles(t *testing.T) {
 			if n := strings.Count(r.stderr, "\n") + 1; n > 20 {
 				t.Errorf("%s: %s: %d lines of errors; want a short list:\n%s", c.name, cmd, n, truncateLine(r.stderr, 2000))
 			}
-			if r.maxRSS <= 0 || r.maxRSS > hostileMaxRSS {
+			if r.maxRSS <= 0 {
 				t.Errorf("%s: %s: max RSS %d bytes; want 1..%d", c.name, cmd, r.maxRSS, hostileMaxRSS)
+			} else if r.maxRSS > hostileMaxRSS {
+				// The child's figure is the larger of its own peak and this
+				// process's peak when it started (hostileRun.maxRSS); at or
+				// below this process's own peak it may be only that, which
+				// says nothing of the child (seen when other tests of the
+				// package had grown this process past the limit).
+				var self syscall.Rusage
+				if err := syscall.Getrusage(syscall.RUSAGE_SELF, &self); err == nil && r.maxRSS <= self.Maxrss<<10 {
+					t.Logf("%s: %s: max RSS %d bytes is not above this test process's own peak (%d): not a measure of the child", c.name, cmd, r.maxRSS, self.Maxrss<<10)
+				} else {
+					t.Errorf("%s: %s: max RSS %d bytes; want 1..%d", c.name, cmd, r.maxRSS, hostileMaxRSS)
+				}
 			}
 			if diff := diffTrees(before, treeSnapshot(t, root)); diff != "" {
 				t.Errorf("%s: %s changed the tree:\n%s", c.name, cmd, diff)
