@@ -201,13 +201,12 @@ func (c *benchCommand) runBench(ctx context.Context, t engine.Tools, env *engine
 		if xerr != nil {
 			return loadgen.Report{}, fmt.Errorf("find this binary to start load processes: %w", xerr)
 		}
-		spawn := func(i int, start, end time.Time) *exec.Cmd {
+		spawn := func(i int) *exec.Cmd {
 			return exec.Command(exe, benchWorkerName,
 				"--kind", cfg.Kind, "--engine", t.Name(), "--location", store.Location(), "--index", strconv.Itoa(i),
 				"--workers", strconv.Itoa(cfg.Workers), "--batch", strconv.Itoa(cfg.Batch),
 				"--ack", cfg.Ack, "--senders", strconv.Itoa(cfg.Senders), "--receivers", cfg.Receivers,
-				"--durability", cfg.Durability,
-				"--start", strconv.FormatInt(start.UnixNano(), 10), "--end", strconv.FormatInt(end.UnixNano(), 10))
+				"--durability", cfg.Durability)
 		}
 		res, err = loadgen.RunProcesses(ctx, cfg, spawn, c.app.stderr, progress)
 	}
@@ -233,8 +232,6 @@ func (c *benchWorkerCommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Senders, "senders", 0, "")
 	fs.StringVar(&cfg.Receivers, "receivers", "", "")
 	fs.StringVar(&cfg.Durability, "durability", "", "")
-	startNs := fs.Int64("start", 0, "")
-	endNs := fs.Int64("end", 0, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -244,7 +241,7 @@ func (c *benchWorkerCommand) Run(ctx context.Context, args []string) error {
 	}
 	cfg.Durability = string(d)
 	t, ok := engine.Lookup(*eng)
-	if _, kind := loadgen.Ops[cfg.Kind]; !kind || !ok || *loc == "" || *endNs <= *startNs {
+	if _, kind := loadgen.Ops[cfg.Kind]; !kind || !ok || *loc == "" {
 		return &usageError{msg: "bench-worker is started by localcloud bench --processes", try: "localcloud bench -h"}
 	}
 	store, err := t.OpenScratch(ctx, *loc, engine.ScratchSpec{Type: config.Type(cfg.Kind), Durability: cfg.Durability})
@@ -253,7 +250,7 @@ func (c *benchWorkerCommand) Run(ctx context.Context, args []string) error {
 	}
 	ctx, stop := c.app.interruptible(ctx)
 	defer stop()
-	return loadgen.Work(ctx, cfg, store, *index, time.Unix(0, *startNs), time.Unix(0, *endNs), c.app.stdout)
+	return loadgen.Work(ctx, cfg, store, *index, c.app.stdin, c.app.stdout)
 }
 
 func (c *benchWorkerCommand) Usage() {

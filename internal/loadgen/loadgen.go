@@ -31,9 +31,10 @@ const (
 	// worker cycles through.
 	ValueBytes    = 128
 	keysPerWorker = 10000
-	// StartDelay lets every load process exec and open the store before
-	// the common start time.
-	StartDelay = 500 * time.Millisecond
+	// StartDelay is how long after the last load process said it is ready
+	// (its store open) the run starts: time for the start line to reach
+	// every process.
+	StartDelay = 50 * time.Millisecond
 	// Tick is how often progress is shown and reported.
 	Tick = 250 * time.Millisecond
 )
