@@ -233,7 +233,10 @@ func (q *Queue) current(ctx context.Context, r receipt) bool {
 // current token. On a cluster whose kept token was dropped meanwhile (an
 // advisory: often the late one of the election tok was read from) it
 // reads the leader again: the same leader and election time is the same
-// term, as election times do not repeat.
+// term, as election times do not repeat. A read that fails (a consumer
+// info request that timed out on a loaded machine) is tried again as
+// incarnation does, up to electionWait: a delivery tagged unknown never
+// acks and is handled again when its lease ends.
 func (q *Queue) stillIncarnation(ctx context.Context, tok string) bool {
 	if tok == noIncarnation {
 		return false
@@ -241,6 +244,5 @@ func (q *Queue) stillIncarnation(ctx context.Context, tok string) bool {
 	if now := q.cachedIncarnation(); now != "" || q.inc.server {
 		return now == tok
 	}
-	now, err := q.readIncarnation(ctx)
-	return err == nil && now == tok
+	return q.incarnation(ctx) == tok
 }
