@@ -151,6 +151,16 @@ func (s *Server) sendMessage(ctx context.Context, c *call) (obj, *apiError) {
 	return e.sendAnswer(sentID(t.q, r.IDs[0])), nil
 }
 
+// batchOf is the queue and the checked entries of a batch operation.
+func (s *Server) batchOf(c *call) (*target, []params, []string, *apiError) {
+	t, aerr := s.queueOf(c)
+	if aerr != nil {
+		return nil, nil, nil, aerr
+	}
+	es, ids, aerr := checkBatch(c)
+	return t, es, ids, aerr
+}
+
 // checkBatch checks the entries of a batch request: 1..10, distinct ids of
 // the allowed form.
 func checkBatch(c *call) ([]params, []string, *apiError) {
@@ -194,11 +204,7 @@ func batchResult(op string, ok, failed []any) obj {
 }
 
 func (s *Server) sendMessageBatch(ctx context.Context, c *call) (obj, *apiError) {
-	t, aerr := s.queueOf(c)
-	if aerr != nil {
-		return nil, aerr
-	}
-	es, ids, aerr := checkBatch(c)
+	t, es, ids, aerr := s.batchOf(c)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -427,11 +433,7 @@ func (s *Server) deleteMessage(ctx context.Context, c *call) (obj, *apiError) {
 }
 
 func (s *Server) deleteMessageBatch(ctx context.Context, c *call) (obj, *apiError) {
-	t, aerr := s.queueOf(c)
-	if aerr != nil {
-		return nil, aerr
-	}
-	es, ids, aerr := checkBatch(c)
+	t, es, ids, aerr := s.batchOf(c)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -507,11 +509,7 @@ func (s *Server) changeMessageVisibility(ctx context.Context, c *call) (obj, *ap
 }
 
 func (s *Server) changeMessageVisibilityBatch(ctx context.Context, c *call) (obj, *apiError) {
-	t, aerr := s.queueOf(c)
-	if aerr != nil {
-		return nil, aerr
-	}
-	es, ids, aerr := checkBatch(c)
+	t, es, ids, aerr := s.batchOf(c)
 	if aerr != nil {
 		return nil, aerr
 	}
