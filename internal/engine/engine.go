@@ -89,6 +89,10 @@ type Traits struct {
 	// Processes: several processes of a load test may share one of its
 	// temporary stores.
 	Processes bool
+	// CloseIdle: an open KV store of it holds descriptors of its own and
+	// its files keep everything once it is closed, so up closes one while
+	// nothing uses it and opens it again on demand (Handle.Reopen).
+	CloseIdle bool
 }
 
 // Place is where a binding's store is, field by field; a field the engine
@@ -207,11 +211,28 @@ type Handle interface {
 	// queue whose engine must claim messages to read them for lease. Close
 	// it before the handle.
 	QueueMover(ctx context.Context, lease time.Duration) (QueueMover, error)
+	// Reopen opens again, as Open did for writing and creating nothing,
+	// the KV store of this handle after its Close (Traits.CloseIdle), and
+	// returns the new handle. It fails, opening nothing, when the store at
+	// the binding's path is no longer the one this handle opened (deleted
+	// or replaced since): up never serves another store under a binding's
+	// name. Health and Describe keep working on the closed handle (they
+	// only stat). A queue, a store in memory or an engine without
+	// CloseIdle returns an error matching ErrNoReopen.
+	Reopen(ctx context.Context) (Handle, error)
 	// Close closes the handle and what was opened for it. A store whose
 	// files were replaced since the open is left open (closing could touch
-	// the files now at its path); the error says so.
+	// the files now at its path); the error matches ErrReplaced.
 	Close() error
 }
+
+// ErrNoReopen is matched by the error of Handle.Reopen for a handle that
+// is not closed while idle.
+var ErrNoReopen = errors.New("the store is kept open while up serves it, never closed while idle and reopened")
+
+// ErrReplaced is matched by the error of Handle.Close on a store whose
+// directory or file was deleted or replaced since the open.
+var ErrReplaced = errors.New("store was deleted or replaced; its handle is left open until the process exits, so closing it cannot touch the files now at its path")
 
 // ErrNoProbe is matched by the error of Handle.Probe for a store up's hint
 // source cannot watch.

@@ -105,6 +105,12 @@ func (h *handle) Probe(context.Context) (engine.Probe, error) {
 	return nil, fmt.Errorf("binding %s is on jetstream (stream %s): %w", h.b.Name, Stream(h.b), engine.ErrNoProbe)
 }
 
+// Reopen: a JetStream handle holds no descriptor of its own (the
+// connection is the env's), so up never closes one while idle.
+func (h *handle) Reopen(context.Context) (engine.Handle, error) {
+	return nil, fmt.Errorf("binding %s is on jetstream: %w", h.b.Name, engine.ErrNoReopen)
+}
+
 // Close closes the handle; the connection is the env's.
 func (h *handle) Close() error {
 	if h.kv != nil {

@@ -248,10 +248,6 @@ func (h *handle) closeHandle() error {
 	return h.q.Close()
 }
 
-// ErrReplaced is matched by the error of Close on a store whose directory
-// or file was deleted or replaced since the open.
-var ErrReplaced = errors.New("store was deleted or replaced; its handle is left open until the process exits, so closing it cannot touch the files now at its path")
-
 // Close closes the handle, unless the store's directory or file is no
 // longer the one that was opened: closing would then let SQLite
 // checkpoint and delete "<file>-wal" by name, touching the files of
@@ -259,9 +255,38 @@ var ErrReplaced = errors.New("store was deleted or replaced; its handle is left 
 // exit, and the error matches ErrReplaced.
 func (h *handle) Close() error {
 	if h.db.Dir != "" && !h.sameIdentity() {
-		return fmt.Errorf("binding %s (%s): %w", h.b.Name, h.b.Path, ErrReplaced)
+		return fmt.Errorf("binding %s (%s): %w", h.b.Name, h.b.Path, engine.ErrReplaced)
 	}
 	return h.closeHandle()
+}
+
+// Reopen opens the KV store of a closed handle again for writing
+// (creating nothing), after checking with stat(2) that the directory and
+// file at its path are the ones the first open found, and again after
+// the open: a store deleted or replaced meanwhile is never served under
+// the binding's name. The new handle keeps the first open's identity, so
+// Health and Close compare against it.
+func (h *handle) Reopen(ctx context.Context) (engine.Handle, error) {
+	if h.kv == nil || h.db.Dir == "" {
+		return nil, fmt.Errorf("%s binding %s: %w", h.b.Type, h.b.Name, engine.ErrNoReopen)
+	}
+	gone := func() error {
+		return fmt.Errorf("kv binding %s (%s): %s since localcloud up opened it; it is not opened again: %w",
+			h.b.Name, h.b.Path, h.Health(), engine.ErrReplaced)
+	}
+	if !h.sameIdentity() {
+		return nil, gone()
+	}
+	nh, err := Tools{}.Open(ctx, h.env, h.b, engine.Write)
+	if err != nil {
+		return nil, err
+	}
+	n := nh.(*handle)
+	if n.dirID != h.dirID || n.fileID != h.fileID {
+		_ = n.closeHandle()
+		return nil, gone()
+	}
+	return n, nil
 }
 
 // sameIdentity reports whether the directory and the file at the store's

@@ -36,9 +36,11 @@ type Tools struct{}
 // Name is "sqlite".
 func (Tools) Name() string { return config.EngineSQLite }
 
-// Traits are hints, lease ends in peek, several processes on one store.
+// Traits are hints, lease ends in peek, several processes on one store,
+// KV stores closed while idle (each open one holds about six
+// descriptors).
 func (Tools) Traits() engine.Traits {
-	return engine.Traits{Hints: true, LeaseEnds: true, Processes: true}
+	return engine.Traits{Hints: true, LeaseEnds: true, Processes: true, CloseIdle: true}
 }
 
 // Location is the store's directory.

@@ -105,7 +105,7 @@ func TestTailClaimsNothing(t *testing.T) {
 
 // TestHealthAndCloseOfAReplacedStore: the health of an open store names a
 // database file replaced under it, and Close leaves such a handle open
-// (ErrReplaced) instead of touching the new file.
+// (engine.ErrReplaced) instead of touching the new file.
 func TestHealthAndCloseOfAReplacedStore(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -127,7 +127,7 @@ func TestHealthAndCloseOfAReplacedStore(t *testing.T) {
 	if got := h.Health(); !strings.Contains(got, "database file replaced") {
 		t.Errorf("Health = %q; want the file named replaced", got)
 	}
-	if err := h.Close(); !errors.Is(err, sqlitetools.ErrReplaced) {
+	if err := h.Close(); !errors.Is(err, engine.ErrReplaced) {
 		t.Errorf("Close = %v; want ErrReplaced", err)
 	}
 }
@@ -142,5 +142,71 @@ func TestValidReceipt(t *testing.T) {
 		if err := (sqlitetools.Tools{}).ValidReceipt(b, r); !errors.Is(err, bindings.ErrInvalidInput) {
 			t.Errorf("ValidReceipt(%q) = %v; want INVALID_INPUT", r, err)
 		}
+	}
+}
+
+// TestReopenOnlyTheStoreFirstOpened: a closed KV handle still reports its
+// health and opens again with what its store holds; once the store's file
+// is replaced or its directory deleted, Reopen refuses (ErrReplaced) and
+// creates nothing. A queue handle is never reopened (ErrNoReopen).
+func TestReopenOnlyTheStoreFirstOpened(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "carts")
+	b := config.Binding{Name: "carts", Type: config.TypeKV, Engine: config.EngineSQLite, Path: dir, Durability: "normal"}
+	h, err := sqlitetools.Tools{}.Open(ctx, &engine.Env{}, b, engine.Create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.KV().Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Health(); got != engine.HealthOK {
+		t.Errorf("Health of the closed handle = %q", got)
+	}
+	h2, err := h.Reopen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := h2.KV().Get(ctx, "k"); err != nil || !ok || string(v) != "v" {
+		t.Errorf("Get after Reopen = %q, %v, %v", v, ok, err)
+	}
+	if err := h2.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	file := sqlitetools.File(b)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file+".new", data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h2.Reopen(ctx); !errors.Is(err, engine.ErrReplaced) || !strings.Contains(err.Error(), "database file replaced") {
+		t.Errorf("Reopen of a replaced file = %v; want ErrReplaced naming the file", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h2.Reopen(ctx); !errors.Is(err, engine.ErrReplaced) || !strings.Contains(err.Error(), "store directory deleted") {
+		t.Errorf("Reopen of a deleted store = %v; want ErrReplaced naming the directory", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Reopen recreated the deleted store: %v", err)
+	}
+
+	q, err := sqlitetools.Tools{}.Open(ctx, &engine.Env{}, queueBinding(t.TempDir()), engine.Create)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Reopen(ctx); !errors.Is(err, engine.ErrNoReopen) {
+		t.Errorf("Reopen of a queue = %v; want ErrNoReopen", err)
 	}
 }
