@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -11,11 +12,13 @@ func TestExplorerHandlesAndReloadWarning(t *testing.T) {
 	if rt := s.Runtime(); rt.ExplorerURL != "http://127.0.0.1:1/" {
 		t.Errorf("runtime explorerUrl = %q", rt.ExplorerURL)
 	}
-	if k, ok := s.KV("carts"); !ok || k == nil {
-		t.Error("no KV handle for carts")
+	if k, release, err := s.KV(t.Context(), "carts"); err != nil || k == nil {
+		t.Errorf("no KV handle for carts: %v", err)
+	} else {
+		release()
 	}
-	if _, ok := s.KV("orders"); ok {
-		t.Error("a KV handle for a queue")
+	if _, _, err := s.KV(t.Context(), "orders"); !errors.Is(err, ErrNotServed) {
+		t.Errorf("KV of a queue = %v; want ErrNotServed", err)
 	}
 	if q, ok := s.Queue("orders"); !ok || q == nil {
 		t.Error("no queue handle for orders")

@@ -34,7 +34,7 @@ func (s *Supervisor) checkHealthLocked(write bool) {
 		if x == nil {
 			continue
 		}
-		h := x.h.Health()
+		h := x.handle().Health()
 		if h == x.health {
 			continue
 		}

@@ -66,14 +66,14 @@ func (s *Supervisor) watchAll() {
 // the queue is served, only without up's hints. Before watchAll ran it
 // does nothing: watchAll watches every store served then.
 func (s *Supervisor) watchLocked(x *store) {
-	if !s.watching || s.hints == nil || x.h.Queue() == nil {
+	if !s.watching || s.hints == nil || x.handle().Queue() == nil {
 		return
 	}
 	if t, err := engine.For(x.cfg); err != nil || !t.Traits().Hints { // the others wake consumers themselves
 		return
 	}
 	subject := config.Subject(s.stack.Name, x.cfg.Name)
-	if err := s.hints.src.Add(x.cfg.Name, subject, x.h); err != nil {
+	if err := s.hints.src.Add(x.cfg.Name, subject, x.handle()); err != nil {
 		s.log.Warn("no hints from up for this queue (consumers still poll)", keyBinding, x.cfg.Name, keyErr, err)
 	}
 }

@@ -76,13 +76,14 @@ func TestJetStreamProvisionAndReload(t *testing.T) {
 	if _, err := js.Stream(ctx, "LCKV_carts"); err != nil {
 		t.Fatalf("bucket of carts after reload: %v", err)
 	}
-	kvs, ok := s.KV("carts")
-	if !ok {
-		t.Fatal("no handle for carts")
+	kvs, release, err := s.KV(ctx, "carts")
+	if err != nil {
+		t.Fatalf("no handle for carts: %v", err)
 	}
 	if _, err := kvs.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
+	release()
 
 	writeFile(t, file, stackText("  other:\n    type: kv"))
 	d, err := s.Reload(ctx, "test")
@@ -141,7 +142,11 @@ func TestJetStreamExternalCluster(t *testing.T) {
 	if on, _ := s.nats.JetStream(); on {
 		t.Error("embedded JetStream on although the stack names a cluster")
 	}
-	kvs, _ := s.KV("carts")
+	kvs, release, err := s.KV(ctx, "carts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	if _, err := kvs.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +163,7 @@ func TestJetStreamExternalCluster(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "stack.yaml")
 	writeFile(t, file, strings.Replace(text, "name: shop", "name: shop2", 1))
-	_, err := Start(ctx, load(t, file), Options{HealthInterval: -1, NoWatch: true})
+	_, err = Start(ctx, load(t, file), Options{HealthInterval: -1, NoWatch: true})
 	if err == nil || !strings.Contains(err.Error(), "LC_SUP_TEST_TOKEN") {
 		t.Fatalf("start without the token variable: %v", err)
 	}
@@ -215,7 +220,9 @@ func TestJetStreamReloadOntoAContradictingStream(t *testing.T) {
 	if rt := s.Runtime(); !strings.Contains(rt.LastReloadError, "orders") {
 		t.Errorf("runtime.json lastReloadError %q does not name orders", rt.LastReloadError)
 	}
-	if _, ok := s.KV("carts"); !ok {
-		t.Error("carts no longer served after the failed reload")
+	if _, release, err := s.KV(ctx, "carts"); err != nil {
+		t.Errorf("carts no longer served after the failed reload: %v", err)
+	} else {
+		release()
 	}
 }

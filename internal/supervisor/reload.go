@@ -124,8 +124,11 @@ func (s *Supervisor) apply(ctx context.Context, st *config.Stack, reason string)
 	s.logDiff(d, reason)
 	s.mu.Unlock()
 	// Out of s.mu too: closing a store checkpoints its file. The retired
-	// stores are no longer in s.stores, so nothing else reaches them.
-	closeAll(retired, s.log)
+	// stores are no longer in s.stores, so nothing else reaches them; one
+	// that a caller of KV still uses closes at its release.
+	for _, x := range retired {
+		x.retire(s.idle, s.log)
+	}
 	return d, nil
 }
 

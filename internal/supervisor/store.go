@@ -1,7 +1,9 @@
 package supervisor
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,11 +13,41 @@ import (
 	"github.com/localcloud/localcloud/internal/engine"
 )
 
-// store is the open handle of one binding and its last health.
+// store is one served binding: its handle and its last health.
+//
+// A lazy store (a KV binding of an engine with engine.Traits.CloseIdle:
+// SQLite) holds its handle open only while it is used and for a while
+// after (idle.go); in between h is the closed handle, whose Health and
+// Describe only stat. Every other store keeps its handle open while it is
+// served.
 type store struct {
-	cfg    config.Binding
-	h      engine.Handle
-	health string
+	cfg    config.Binding // guarded by Supervisor.mu
+	health string         // guarded by Supervisor.mu
+	lazy   bool           // set at the open, then read only
+
+	// openMu serialises the opens and closes of the handle (file
+	// operations); it is taken before mu.
+	openMu sync.Mutex
+	// mu guards the fields below; it is held briefly, never across a file
+	// operation, and taken after Supervisor.mu where both are held.
+	mu   sync.Mutex
+	h    engine.Handle
+	open bool // h is open
+	// refs counts the callers that use the handle now (KV until its
+	// release): the handle is never closed under them.
+	refs int
+	// retired: a reload dropped the store; the last release closes it.
+	retired bool
+	// stuck: Close refused (the store was deleted or replaced under the
+	// open handle, engine.ErrReplaced), so the handle stays open until
+	// the process exits, as the engine's Close says.
+	stuck bool
+
+	// elem and lastUsed are guarded by idleStores.mu: the store's place
+	// in the list of open, unused lazy stores, and when it was last
+	// released.
+	elem     *list.Element
+	lastUsed time.Time
 }
 
 // openStore opens or creates the store of b through its engine's tools,
@@ -25,7 +57,8 @@ type store struct {
 // failing closed on a stream whose settings contradict it, and never
 // deleted. A queue's open finishes the moves a killed process left toward
 // destinations the stack names, and leaves the others, which its health
-// then reports.
+// then reports. A lazy store is closed again at once: provisioning holds
+// no descriptor beyond the stores being opened.
 func openStore(ctx context.Context, env *engine.Env, b config.Binding) (*store, error) {
 	t, err := engine.For(b)
 	if err != nil {
@@ -35,17 +68,52 @@ func openStore(ctx context.Context, env *engine.Env, b config.Binding) (*store, 
 	if err != nil {
 		return nil, err
 	}
-	return &store{cfg: b, h: h, health: HealthOK}, nil
+	x := &store{cfg: b, h: h, health: HealthOK, open: true, lazy: b.Type == config.TypeKV && t.Traits().CloseIdle}
+	if x.lazy {
+		x.shut(nil, env.Log(), true)
+	}
+	return x, nil
 }
 
-// close releases the handle. A store whose files were deleted or replaced
-// since the open keeps its handle until the process exits (the engine's
-// Close says so), so closing cannot touch the files now at its path.
-func (s *store) close(log *slog.Logger) {
-	if err := s.h.Close(); err != nil {
-		log.Warn("close store", keyBinding, s.cfg.Name, keyPath, s.cfg.Path, keyErr, err)
-	}
+// handle returns the store's handle: open, or a lazy store's closed one.
+func (x *store) handle() engine.Handle {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.h
 }
+
+// shut closes the handle, unless it is closed already or stuck; unless
+// force, only when nothing uses it and it is not in the idle list (it was
+// taken out of the list to be closed, or retired). A handle whose store
+// was replaced stays open (stuck), logged once.
+func (x *store) shut(idle *idleStores, log *slog.Logger, force bool) {
+	x.openMu.Lock()
+	defer x.openMu.Unlock()
+	x.mu.Lock()
+	if !x.open || x.stuck || (!force && (x.refs > 0 || idle.listed(x))) {
+		x.mu.Unlock()
+		return
+	}
+	idle.remove(x)
+	h := x.h
+	x.open = false
+	x.mu.Unlock()
+	err := h.Close()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, engine.ErrReplaced) {
+		x.mu.Lock()
+		x.open, x.stuck = true, true
+		x.mu.Unlock()
+	}
+	log.Warn("close store", keyBinding, x.cfg.Name, keyPath, x.cfg.Path, keyErr, err)
+}
+
+// close closes the handle of a store that nothing reaches any more (a
+// caller that still uses it gets errors from then on, and nothing
+// changes).
+func (x *store) close(log *slog.Logger) { x.shut(nil, log, true) }
 
 // openParallel bounds the stores opened at once: creating a store waits on
 // about six fsyncs, so overlapping them is what makes a start fast, while a
@@ -84,9 +152,9 @@ func openStores(ctx context.Context, env *engine.Env, bs []config.Binding) ([]*s
 		}
 	}
 	if len(failed) > 0 {
-		for _, s := range out {
-			if s != nil {
-				_ = s.h.Close()
+		for _, x := range out {
+			if x != nil {
+				x.close(slog.New(slog.DiscardHandler))
 			}
 		}
 		return nil, joinErrors(failed)

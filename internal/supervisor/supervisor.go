@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/localcloud/localcloud/bindings/kv"
 	"github.com/localcloud/localcloud/bindings/queue"
 	"github.com/localcloud/localcloud/config"
 	"github.com/localcloud/localcloud/internal/engine"
@@ -67,6 +66,14 @@ type Options struct {
 	// SQSEndpoint is the endpoint of the SQS API up serves, written into
 	// runtime.json as sqsEndpoint; "" when it is off.
 	SQSEndpoint string
+	// StoreIdleTimeout is how long a KV store opened on demand (idle.go)
+	// stays open after its last use; negative: until MaxIdleStores
+	// closes it. Defaults to DefaultStoreIdleTimeout.
+	StoreIdleTimeout time.Duration
+	// MaxIdleStores is how many unused KV stores stay open at most;
+	// negative: none (each is closed at its release). Defaults to
+	// DefaultMaxIdleStores.
+	MaxIdleStores int
 }
 
 // Supervisor is a running up. Create it with Start; stop it with Close.
@@ -94,6 +101,7 @@ type Supervisor struct {
 	stack        *config.Stack
 	watching     bool // watchAll has run: stores opened since are watched as they open
 	stores       map[string]*store
+	idle         *idleStores // the lazy stores open and unused (idle.go); its own lock
 	health       string // the owner lock's
 	reloadErr    string
 	writeFailing bool // the last runtime.json write failed (logged once)
@@ -126,6 +134,12 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	if opts.ReloadDebounce <= 0 {
 		opts.ReloadDebounce = DefaultReloadDebounce
 	}
+	if opts.StoreIdleTimeout == 0 {
+		opts.StoreIdleTimeout = DefaultStoreIdleTimeout
+	}
+	if opts.MaxIdleStores == 0 {
+		opts.MaxIdleStores = DefaultMaxIdleStores
+	}
 	s := &Supervisor{
 		opts:      opts,
 		log:       opts.Logger,
@@ -135,6 +149,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		startedAt: time.Now().UTC().Truncate(time.Second),
 		stack:     st,
 		stores:    make(map[string]*store, len(st.Bindings)),
+		idle:      &idleStores{max: max(opts.MaxIdleStores, 0)},
 		health:    HealthOK,
 	}
 	// A taken NATS port fails the start before anything is created,
@@ -205,9 +220,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		r.End()
 	}
 	if storeErr != nil || nr.err != nil {
-		for _, x := range stores {
-			_ = x.h.Close()
-		}
+		closeAll(stores, slog.New(slog.DiscardHandler))
 		_ = s.env.Close()
 		nr.srv.Shutdown()
 		lock.release()
@@ -248,6 +261,10 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 	if opts.HealthInterval > 0 {
 		s.wg.Add(1)
 		go s.healthLoop(loopCtx)
+	}
+	if opts.StoreIdleTimeout > 0 {
+		s.wg.Add(1)
+		go s.idleLoop(loopCtx)
 	}
 	s.wg.Add(1)
 	go s.watchAll()
@@ -388,29 +405,17 @@ func (s *Supervisor) writeRuntimeLocked() error {
 	return err
 }
 
-// KV returns the open handle of the KV binding called name. A reload may
-// close it at any time; an operation on a closed handle fails with an
-// error and changes nothing.
-func (s *Supervisor) KV(name string) (*kv.Store, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	x := s.stores[name]
-	if x == nil || x.h.KV() == nil {
-		return nil, false
-	}
-	return x.h.KV(), true
-}
-
-// Queue returns the open handle of the queue binding called name, with the
-// same caveat as KV.
+// Queue returns the open handle of the queue binding called name (queues
+// keep theirs open while served). A reload may close it at any time; an
+// operation on a closed handle fails with an error and changes nothing.
 func (s *Supervisor) Queue(name string) (*queue.Queue, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x := s.stores[name]
-	if x == nil || x.h.Queue() == nil {
+	if x == nil || x.handle().Queue() == nil {
 		return nil, false
 	}
-	return x.h.Queue(), true
+	return x.handle().Queue(), true
 }
 
 // Describe names the engine and format of the binding called name for
@@ -420,7 +425,7 @@ func (s *Supervisor) Describe(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if x := s.stores[name]; x != nil {
-		return x.h.Describe()
+		return x.handle().Describe()
 	}
 	return ""
 }
@@ -461,7 +466,7 @@ func (s *Supervisor) closeResources() error {
 	s.closed = true
 	s.hints.close() // holds a connection of every queue store
 	for _, x := range s.stores {
-		x.close(s.log)
+		x.close(s.log) // also one in use: Close ends every use
 	}
 	s.stores = map[string]*store{}
 	_ = s.env.Close() // up's connection to JetStream, flushed first

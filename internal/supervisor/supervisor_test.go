@@ -271,8 +271,13 @@ func TestApplyDiff(t *testing.T) {
 	if err != nil || len(onDisk.Bindings) != 4 {
 		t.Fatalf("runtime.json = %+v, %v", onDisk, err)
 	}
-	// The old handle of carts still works.
-	if _, err := s.stores["carts"].h.KV().Put(ctx, "k", []byte("v")); err != nil {
+	// carts is still served.
+	k, release, err := s.KV(ctx, "carts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := k.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "added=fresh") {

@@ -177,11 +177,16 @@ func (s *Server) describe(ctx context.Context, rt supervisor.Runtime, b supervis
 		}
 		out.Queue = queueStats(st, s.opts.Now())
 	case "kv":
-		k, ok := s.opts.Source.KV(b.Name)
-		if !ok {
+		k, release, err := s.opts.Source.KV(ctx, b.Name)
+		if errors.Is(err, supervisor.ErrNotServed) {
 			out.CountError = "not open"
 			return out
 		}
+		if err != nil {
+			out.CountError = err.Error()
+			return out
+		}
+		defer release()
 		st, err := k.Stats(ctx)
 		if err != nil {
 			out.CountError = err.Error()
@@ -252,19 +257,24 @@ func (s *Server) openQueue(name string) (*queue.Queue, supervisor.RuntimeBinding
 	return q, b, nil
 }
 
-func (s *Server) openKV(name string) (*kv.Store, error) {
+// openKV returns the handle of the KV binding called name and its
+// release, which the caller calls once done (Source.KV).
+func (s *Server) openKV(ctx context.Context, name string) (*kv.Store, func(), error) {
 	_, b, err := s.lookup(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if b.Type != "kv" {
-		return nil, badRequest("binding: %s is a %s binding, not a kv store", b.Name, b.Type)
+		return nil, nil, badRequest("binding: %s is a %s binding, not a kv store", b.Name, b.Type)
 	}
-	k, ok := s.opts.Source.KV(name)
-	if !ok {
-		return nil, &httpError{status: http.StatusServiceUnavailable, msg: "binding: " + name + " is not open (reloading?)"}
+	k, release, err := s.opts.Source.KV(ctx, name)
+	if errors.Is(err, supervisor.ErrNotServed) {
+		return nil, nil, &httpError{status: http.StatusServiceUnavailable, msg: "binding: " + name + " is not open (reloading?)"}
 	}
-	return k, nil
+	if err != nil {
+		return nil, nil, &httpError{status: http.StatusServiceUnavailable, msg: "binding: " + err.Error()}
+	}
+	return k, release, nil
 }
 
 // intParam reads an integer query parameter in [lo, hi].

@@ -76,11 +76,12 @@ func valuePreview(v []byte) string {
 }
 
 func (s *Server) apiScan(w http.ResponseWriter, r *http.Request) {
-	k, err := s.openKV(r.PathValue("name"))
+	k, release, err := s.openKV(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	defer release()
 	limit, err := intParam(r, "limit", DefaultPageSize, 1, kv.MaxScanLimit)
 	if err != nil {
 		writeErr(w, err)
@@ -134,11 +135,12 @@ func toValueJSON(key string, e kv.Entry, now time.Time) valueJSON {
 }
 
 func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) {
-	k, err := s.openKV(r.PathValue("name"))
+	k, release, err := s.openKV(r.Context(), r.PathValue("name"))
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	defer release()
 	key := r.URL.Query().Get("key")
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
@@ -169,11 +171,12 @@ const maxTTL = 10 * 365 * 24 * time.Hour
 
 func (s *Server) apiPut(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	k, err := s.openKV(name)
+	k, release, err := s.openKV(r.Context(), name)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	defer release()
 	var req putRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeErr(w, err)
@@ -216,11 +219,12 @@ type deleteRequest struct {
 
 func (s *Server) apiDelete(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	k, err := s.openKV(name)
+	k, release, err := s.openKV(r.Context(), name)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	defer release()
 	var req deleteRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeErr(w, err)

@@ -50,8 +50,12 @@ const (
 type Source interface {
 	// Runtime returns the served stack as runtime.json describes it.
 	Runtime() supervisor.Runtime
-	// KV and Queue return the open handle of a binding.
-	KV(name string) (*kv.Store, bool)
+	// KV returns the handle of a KV binding, opened on demand, and its
+	// release, which the caller calls once done with it (the store may be
+	// closed after); an error matching supervisor.ErrNotServed for a
+	// name that is no KV binding served.
+	KV(ctx context.Context, name string) (k *kv.Store, release func(), err error)
+	// Queue returns the open handle of a queue binding.
 	Queue(name string) (*queue.Queue, bool)
 	// Describe names the engine and format of a binding's store ("file
 	// (localqueue.v1)", "jetstream R3"); "" when it is not open.

@@ -49,6 +49,18 @@ type env struct {
 	host string // 127.0.0.1:port
 }
 
+// kv returns the handle of the KV binding called name, held until the
+// test ends.
+func (e *env) kv(name string) *kv.Store {
+	e.t.Helper()
+	k, release, err := e.sup.KV(e.t.Context(), name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(release)
+	return k
+}
+
 func newEnv(t *testing.T, mod func(*Options)) *env {
 	t.Helper()
 	dir := t.TempDir()
@@ -60,7 +72,9 @@ func newEnv(t *testing.T, mod func(*Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup, err := supervisor.Start(t.Context(), st, supervisor.Options{HealthInterval: -1, NoWatch: true})
+	// No idle store is kept open: every read of the explorer opens its
+	// KV store again, as it does in a stack of thousands.
+	sup, err := supervisor.Start(t.Context(), st, supervisor.Options{HealthInterval: -1, NoWatch: true, MaxIdleStores: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +269,7 @@ func TestReadOnlyRefusesEveryChange(t *testing.T) {
 	if st := e.stats("jobs"); st.Total != 1 {
 		t.Errorf("jobs total %d after refused changes, want 1", st.Total)
 	}
-	k, _ := e.sup.KV("carts")
+	k := e.kv("carts")
 	if _, ok, _ := k.Lookup(t.Context(), "k"); ok {
 		t.Error("a refused put stored a key")
 	}
@@ -314,7 +328,7 @@ func TestBindingsAndStats(t *testing.T) {
 	if _, err := q.Receive(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
-	k, _ := e.sup.KV("carts")
+	k := e.kv("carts")
 	if _, err := k.Put(t.Context(), "a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +540,7 @@ func TestRedriveToOriginAndToABinding(t *testing.T) {
 func TestKVBrowsePutGetDelete(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	k, _ := e.sup.KV("sessions")
+	k := e.kv("sessions")
 	keys := []string{"-dash", "0zero", "A:1", "user:1", "user:2", "user:3", "zeta"}
 	for _, key := range keys {
 		if _, err := k.Put(t.Context(), key, []byte("v-"+key)); err != nil {
@@ -680,7 +694,7 @@ func TestEventStream(t *testing.T) {
 	if removed {
 		t.Error("the explorer's purge shows as a removed row besides its action row")
 	}
-	k, _ := e.sup.KV("carts")
+	k := e.kv("carts")
 	if _, err := k.Put(t.Context(), "n", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
@@ -787,7 +801,7 @@ func TestEnvAsyncAPIAndAssets(t *testing.T) {
 func TestKVPagesFollowTheCursor(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	k, _ := e.sup.KV("carts")
+	k := e.kv("carts")
 	for i := range DefaultPageSize + 5 {
 		if _, err := k.Put(t.Context(), "user:"+strconv.Itoa(1000+i), []byte("v")); err != nil {
 			t.Fatal(err)

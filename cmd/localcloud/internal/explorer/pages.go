@@ -171,11 +171,12 @@ type kvPage struct {
 
 func (s *Server) pageKV(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	k, err := s.openKV(name)
+	k, release, err := s.openKV(r.Context(), name)
 	if err != nil {
 		s.pageErr(w, err)
 		return
 	}
+	defer release()
 	rt, b, _ := s.lookup(name)
 	qv := r.URL.Query()
 	d := kvPage{B: s.describe(r.Context(), rt, b), Prefix: qv.Get("prefix"), Cursor: qv.Get("cursor"), Key: qv.Get("key"), MaxValue: kv.MaxValueBytes}
