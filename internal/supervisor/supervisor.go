@@ -102,7 +102,7 @@ type Supervisor struct {
 	watching     bool // watchAll has run: stores opened since are watched as they open
 	stores       map[string]*store
 	idle         *idleStores // the lazy stores open and unused (idle.go); its own lock
-	health       string // the owner lock's
+	health       string      // the owner lock's
 	reloadErr    string
 	writeFailing bool // the last runtime.json write failed (logged once)
 	closed       bool
