@@ -1,5 +1,6 @@
 // Package supervisor is the engine behind `localcloud up`: it owns a stack's
-// data dir while up runs, keeps one open handle per binding, runs the
+// data dir while up runs, keeps a handle per binding (a SQLite KV store's
+// open only while it is used, see Descriptors below), runs the
 // embedded NATS hint server, publishes what it serves in runtime.json,
 // applies edits of the stack file as a diff, and watches the stores for
 // being deleted, replaced or loosened.
@@ -18,7 +19,8 @@
 //
 // [Start] creates the data dir (0700), takes the lock, opens every store
 // (directories 0700, files 0600, format marker checked; a store of another
-// format stops the start and is left untouched) while the NATS server
+// format stops the start and is left untouched; a SQLite KV store is closed
+// again at once) while the NATS server
 // starts, starts the hint source (below), writes runtime.json and starts two
 // background loops: the stack file watcher and the health check.
 // [Supervisor.Close] undoes it in reverse: loops, hint source, stores, NATS,
@@ -56,14 +58,35 @@
 // supervisor's lock is taken: a reload never holds up health checks or a
 // stop.
 //
+// # Descriptors
+//
+// An open SQLite store holds about six descriptors (the database, its -wal
+// and -shm on two connections, the lock file). A KV binding of an engine
+// with engine.Traits.CloseIdle (SQLite) is therefore open only while it is
+// used: [Supervisor.KV] (the explorer's way in) opens it again on demand
+// through engine.Handle.Reopen, which refuses a store deleted or replaced
+// since the first open, and the release it returns ends the use; the store
+// is closed once unused for [Options.StoreIdleTimeout] (30 s), or at once
+// when more than [Options.MaxIdleStores] (64) unused ones are open, the
+// least recently used first (idle.go). A store in use is never closed under
+// its user: a reload that drops it leaves the close to the last release.
+// Queue bindings keep their handles while served (up's hint source holds a
+// probe connection on each), about six descriptors per SQLite queue; the
+// Go runtime raises up's soft open-file limit to the hard one at start, so
+// on Linux with a hard limit of 20,000 a stack of about 3,300 SQLite queues
+// fits, beside any number of KV bindings. JetStream bindings share up's one
+// connection.
+//
 // # Health
 //
-// Every [Options.HealthInterval] each binding's engine looks at its open
-// store (engine.Handle.Health): on SQLite the directory and database file
-// are compared, with stat(2) only, against the device and inode recorded
-// when the store was opened, and their modes against 0700 and 0600 (the
-// database file is never opened here: closing any descriptor on it would
-// drop the locks SQLite holds); on JetStream the connection's status. A
+// Every [Options.HealthInterval] each binding's engine looks at its store
+// (engine.Handle.Health, on a closed KV handle as on an open one): on
+// SQLite the directory and database file are compared, with stat(2) only,
+// against the device and inode recorded when the store was first opened,
+// their modes against 0700 and 0600 and the file's size against whole
+// pages (the database file is never opened here: closing any descriptor
+// on it would drop the locks SQLite holds); on JetStream the connection's
+// status. A
 // problem is logged once when it appears and once when it clears, and shown
 // in runtime.json; nothing is ever recreated.
 package supervisor
