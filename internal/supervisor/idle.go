@@ -133,7 +133,7 @@ func (x *store) ensureOpen(ctx context.Context) (*kv.Store, error) {
 	case open:
 		return h.KV(), nil
 	case retired:
-		return nil, fmt.Errorf("kv binding %s: a reload of the stack just dropped or replaced this store; try again", x.cfg.Name)
+		return nil, fmt.Errorf("kv binding %s: no longer served (a reload of the stack just dropped or replaced this store, or up is stopping); try again", x.name)
 	}
 	nh, err := h.Reopen(ctx)
 	if err != nil {

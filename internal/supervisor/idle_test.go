@@ -266,3 +266,27 @@ func TestKVInUseIsNeverClosedUnderItsUser(t *testing.T) {
 		t.Errorf("%d KV stores open with none in use, want at most the cap of 1", n)
 	}
 }
+
+// TestCloseEndsEveryUse: Close closes a KV store in use too (its user gets
+// errors, and its release does nothing more); KV after Close is refused.
+func TestCloseEndsEveryUse(t *testing.T) {
+	t.Parallel()
+	s, _, _ := start(t, kvStack(1), Options{NoWatch: true})
+	k, release, err := s.KV(ctx, "kv-000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Put(ctx, "k", []byte("v")); err == nil {
+		t.Error("a put through a handle Close closed succeeded")
+	}
+	release()
+	if n := s.openLazy(); n != 0 {
+		t.Errorf("%d KV stores open after Close", n)
+	}
+	if _, _, err := s.KV(ctx, "kv-000"); !errors.Is(err, ErrNotServed) {
+		t.Errorf("KV after Close = %v; want ErrNotServed", err)
+	}
+}

@@ -23,7 +23,11 @@ import (
 type store struct {
 	cfg    config.Binding // guarded by Supervisor.mu
 	health string         // guarded by Supervisor.mu
-	lazy   bool           // set at the open, then read only
+	// name, path and lazy (a KV store closed while idle) are set at the
+	// open, then only read: a reload that changes a path opens another
+	// store.
+	name, path string
+	lazy       bool
 
 	// openMu serialises the opens and closes of the handle (file
 	// operations); it is taken before mu.
@@ -36,7 +40,8 @@ type store struct {
 	// refs counts the callers that use the handle now (KV until its
 	// release): the handle is never closed under them.
 	refs int
-	// retired: a reload dropped the store; the last release closes it.
+	// retired: a reload dropped the store (the last release closes it),
+	// or up closed it; it is not opened again.
 	retired bool
 	// stuck: Close refused (the store was deleted or replaced under the
 	// open handle, engine.ErrReplaced), so the handle stays open until
@@ -68,7 +73,8 @@ func openStore(ctx context.Context, env *engine.Env, b config.Binding) (*store, 
 	if err != nil {
 		return nil, err
 	}
-	x := &store{cfg: b, h: h, health: HealthOK, open: true, lazy: b.Type == config.TypeKV && t.Traits().CloseIdle}
+	x := &store{cfg: b, h: h, health: HealthOK, open: true, name: b.Name, path: b.Path,
+		lazy: b.Type == config.TypeKV && t.Traits().CloseIdle}
 	if x.lazy {
 		x.shut(nil, env.Log(), true)
 	}
@@ -107,13 +113,18 @@ func (x *store) shut(idle *idleStores, log *slog.Logger, force bool) {
 		x.open, x.stuck = true, true
 		x.mu.Unlock()
 	}
-	log.Warn("close store", keyBinding, x.cfg.Name, keyPath, x.cfg.Path, keyErr, err)
+	log.Warn("close store", keyBinding, x.name, keyPath, x.path, keyErr, err)
 }
 
-// close closes the handle of a store that nothing reaches any more (a
-// caller that still uses it gets errors from then on, and nothing
-// changes).
-func (x *store) close(log *slog.Logger) { x.shut(nil, log, true) }
+// close closes the handle of a store that nothing reaches any more, even
+// one in use (its caller gets errors from then on, and nothing changes),
+// and keeps a caller between its KV and the open from opening it again.
+func (x *store) close(log *slog.Logger) {
+	x.mu.Lock()
+	x.retired = true
+	x.mu.Unlock()
+	x.shut(nil, log, true)
+}
 
 // openParallel bounds the stores opened at once: creating a store waits on
 // about six fsyncs, so overlapping them is what makes a start fast, while a
