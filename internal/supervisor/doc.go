@@ -67,8 +67,9 @@
 // through engine.Handle.Reopen, which refuses a store deleted or replaced
 // since the first open, and the release it returns ends the use; the store
 // is closed once unused for [Options.StoreIdleTimeout] (30 s), or at once
-// when more than [Options.MaxIdleStores] (64) unused ones are open, the
-// least recently used first (idle.go). A store in use is never closed under
+// when more than [Options.MaxIdleStores] unused ones are open (by default
+// as many as a quarter of the open-file limit holds, 16..1024), the least
+// recently used first (idle.go). A store in use is never closed under
 // its user: a reload that drops it leaves the close to the last release.
 // Queue bindings keep their handles while served (up's hint source holds a
 // probe connection on each), about six descriptors per SQLite queue; the

@@ -11,7 +11,8 @@ package supervisor
 // (engine.Handle.Reopen, which refuses a store deleted or replaced since),
 // and it is closed again once unused for Options.StoreIdleTimeout, or when
 // more than Options.MaxIdleStores unused ones are open (the least recently
-// used first). A caller holds the handle between KV and its release: it is
+// used first; by default as many as a quarter of the open-file limit
+// holds). A caller holds the handle between KV and its release: it is
 // never closed under it, by idleness or by a reload (which leaves the close
 // of a store it drops to the last release). The health check of a closed
 // store stats its files against the identity its first open recorded, as
@@ -24,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/localcloud/localcloud/bindings/kv"
@@ -37,10 +39,29 @@ const (
 	// come in bursts (a page, then its keys), and a reopen costs about a
 	// millisecond. Defaults to 30 seconds.
 	DefaultStoreIdleTimeout = 30 * time.Second
-	// DefaultMaxIdleStores is how many unused KV stores up keeps open at
-	// most (about 6 descriptors each). Defaults to 64.
-	DefaultMaxIdleStores = 64
+	// minIdleStores and maxIdleStores bound the default of
+	// Options.MaxIdleStores (defaultMaxIdleStores).
+	minIdleStores, maxIdleStores = 16, 1024
 )
+
+// storeFDs is about what one open SQLite store holds: the database, its
+// -wal and -shm on two connections, and the lock file.
+const storeFDs = 6
+
+// defaultMaxIdleStores is the default of Options.MaxIdleStores: as many
+// stores as a quarter of the open-file soft limit holds (833 under 20,000),
+// within [16, 1024]. A stack whose KV stores fit stays as fast as if all
+// were open (the explorer reads every binding's counts about every second,
+// so none of them idles), while a larger one bounds its descriptors; the
+// rest of the limit is left to the queues, which stay open, and to
+// clients.
+func defaultMaxIdleStores() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return minIdleStores
+	}
+	return int(min(max(lim.Cur/4/storeFDs, minIdleStores), maxIdleStores))
+}
 
 // ErrNotServed is matched by the error of KV for a name that is no KV
 // binding up serves.

@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"log/slog"
+
 	"errors"
 	"fmt"
+	"github.com/localcloud/localcloud/config"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,14 +78,14 @@ func TestUpServesMoreKVStoresThanItHasDescriptors(t *testing.T) {
 	s, file, _ := start(t, kvStack(bindings), Options{NoWatch: true, MaxIdleStores: maxIdle, StoreIdleTimeout: -1})
 	started := fdCount(t)
 	t.Logf("descriptors: %d before up, %d with up serving %d KV bindings and a queue (limit %d)", base, started, bindings, limit)
-	if started-base > 10*fdsPerStore {
+	if started-base > 10*storeFDs {
 		t.Errorf("up holds %d descriptors after its start; want them bounded, not growing with %d KV bindings", started-base, bindings)
 	}
 	if n := s.openLazy(); n != 0 {
 		t.Errorf("%d KV stores open after the start, want 0", n)
 	}
 
-	bound := started + (maxIdle+1)*fdsPerStore
+	bound := started + (maxIdle+1)*storeFDs
 	peak := 0
 	for i := range bindings {
 		name := fmt.Sprintf("kv-%03d", i)
@@ -161,7 +164,7 @@ func TestUpServesMoreKVStoresThanItHasDescriptors(t *testing.T) {
 	if n := s.openLazy(); n != 0 {
 		t.Errorf("%d KV stores open after the idle close, want 0", n)
 	}
-	if n := fdCount(t); n > started+fdsPerStore {
+	if n := fdCount(t); n > started+storeFDs {
 		t.Errorf("%d descriptors with every KV store closed, %d after the start", n, started)
 	}
 
@@ -288,5 +291,44 @@ func TestCloseEndsEveryUse(t *testing.T) {
 	}
 	if _, _, err := s.KV(ctx, "kv-000"); !errors.Is(err, ErrNotServed) {
 		t.Errorf("KV after Close = %v; want ErrNotServed", err)
+	}
+}
+
+// BenchmarkKVStats is what the explorer pays for the counts of one KV
+// binding: KV, Stats, release; open=kept with the store left open
+// between reads (within the cap), open=never with every read opening it
+// again (MaxIdleStores -1).
+func BenchmarkKVStats(b *testing.B) {
+	for _, keep := range []bool{true, false} {
+		name, maxIdle := "open=kept", 0
+		if !keep {
+			name, maxIdle = "open=never", -1
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			file := filepath.Join(dir, "stack.yaml")
+			if err := os.WriteFile(file, []byte(kvStack(1)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			st, err := config.Load(file)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := Start(ctx, st, Options{Logger: slog.New(slog.DiscardHandler), HealthInterval: -1, NoWatch: true, MaxIdleStores: maxIdle})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			for b.Loop() {
+				k, release, err := s.KV(ctx, "kv-000")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := k.Stats(ctx); err != nil {
+					b.Fatal(err)
+				}
+				release()
+			}
+		})
 	}
 }

@@ -12,10 +12,6 @@ import (
 	"github.com/localcloud/localcloud/config"
 )
 
-// fdsPerStore is about what one open sqlite store holds: the database, its
-// -wal and -shm on two connections, and the lock file (5 measured).
-const fdsPerStore = 6
-
 // BenchmarkReload is a reload of up serving n KV bindings whose stack file
 // did not change: the stack is read and checked again, compared with the
 // one served, and runtime.json rewritten. start-ms is the time Start took

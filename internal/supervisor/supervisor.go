@@ -71,8 +71,9 @@ type Options struct {
 	// closes it. Defaults to DefaultStoreIdleTimeout.
 	StoreIdleTimeout time.Duration
 	// MaxIdleStores is how many unused KV stores stay open at most;
-	// negative: none (each is closed at its release). Defaults to
-	// DefaultMaxIdleStores.
+	// negative: none (each is closed at its release). Defaults to as many
+	// as a quarter of the open-file soft limit holds (about 6 descriptors
+	// each), at least 16 and at most 1024.
 	MaxIdleStores int
 }
 
@@ -138,7 +139,7 @@ func Start(ctx context.Context, st *config.Stack, opts Options) (*Supervisor, er
 		opts.StoreIdleTimeout = DefaultStoreIdleTimeout
 	}
 	if opts.MaxIdleStores == 0 {
-		opts.MaxIdleStores = DefaultMaxIdleStores
+		opts.MaxIdleStores = defaultMaxIdleStores()
 	}
 	s := &Supervisor{
 		opts:      opts,
