@@ -117,8 +117,13 @@ func TestUpServesMoreKVStoresThanItHasDescriptors(t *testing.T) {
 		}
 		release()
 	}
+	// What status reads: runtime.json, with every closed store healthy.
 	s.CheckHealth()
-	for _, b := range s.Runtime().Bindings {
+	rt, err := ReadRuntime(s.Stack().DataDir)
+	if err != nil || len(rt.Bindings) != bindings+1 {
+		t.Fatalf("runtime.json: %+v, %v", rt, err)
+	}
+	for _, b := range rt.Bindings {
 		if b.Health != HealthOK {
 			t.Errorf("%s health %q", b.Name, b.Health)
 		}
@@ -180,8 +185,9 @@ func TestUpServesMoreKVStoresThanItHasDescriptors(t *testing.T) {
 		t.Errorf("the deleted store was recreated: %v", err)
 	}
 	s.CheckHealth()
-	if b, _ := s.Runtime().Binding("kv-002"); b.Health != "store directory deleted" {
-		t.Errorf("health of the deleted store = %q", b.Health)
+	rt, _ = ReadRuntime(s.Stack().DataDir)
+	if b, _ := rt.Binding("kv-002"); b.Health != "store directory deleted" {
+		t.Errorf("health of the deleted store in runtime.json = %q", b.Health)
 	}
 	if _, _, err := s.KV(ctx, "orders"); !errors.Is(err, ErrNotServed) {
 		t.Errorf("KV of a queue = %v; want ErrNotServed", err)
