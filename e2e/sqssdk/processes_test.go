@@ -38,8 +38,11 @@ const helperEnv = "SQSSDK_HELPER"
 // successful delete, and exits after stdin is closed and a receive comes
 // back empty.
 func runHelper(role string) int {
-	if role == "waiter" {
+	switch role {
+	case "waiter":
 		return runWaiter()
+	case "floor":
+		return runFloor()
 	}
 	ep := os.Getenv("SQSSDK_ENDPOINT")
 	// No retries of the SDK's own: every retry is this loop's, so that a
