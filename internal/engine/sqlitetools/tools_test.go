@@ -113,17 +113,7 @@ func TestHealthAndCloseOfAReplacedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "localqueue.sqlite")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file+".new", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(file+".new", file); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, filepath.Join(dir, "localqueue.sqlite"))
 	if got := h.Health(); !strings.Contains(got, "database file replaced") {
 		t.Errorf("Health = %q; want the file named replaced", got)
 	}
@@ -177,17 +167,7 @@ func TestReopenOnlyTheStoreFirstOpened(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	file := sqlitetools.File(b)
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file+".new", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(file+".new", file); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, sqlitetools.File(b))
 	if _, err := h2.Reopen(ctx); !errors.Is(err, engine.ErrReplaced) || !strings.Contains(err.Error(), "database file replaced") {
 		t.Errorf("Reopen of a replaced file = %v; want ErrReplaced naming the file", err)
 	}
@@ -208,5 +188,21 @@ func TestReopenOnlyTheStoreFirstOpened(t *testing.T) {
 	defer q.Close()
 	if _, err := q.Reopen(ctx); !errors.Is(err, engine.ErrNoReopen) {
 		t.Errorf("Reopen of a queue = %v; want ErrNoReopen", err)
+	}
+}
+
+// replaceFile puts a copy of file in its place (a new inode with the same
+// bytes), as a program that rewrites a store through a rename does.
+func replaceFile(t *testing.T, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file+".new", data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(file+".new", file); err != nil {
+		t.Fatal(err)
 	}
 }
