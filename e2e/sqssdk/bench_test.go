@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ type target struct {
 	name string
 	c    *qclient
 	q    string // the queue URL
+	pid  int    // its process, 0 when it runs in the benchmark's own
 }
 
 // startGoaws runs goaws (in memory, Query protocol only) with one queue
@@ -57,7 +60,7 @@ func startGoaws(b *testing.B, bin string) *target {
 	for {
 		q, err := c.queueURL("bench")
 		if err == nil {
-			return &target{name: "goaws", c: c, q: q}
+			return &target{name: "goaws", c: c, q: q, pid: cmd.Process.Pid}
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("goaws not answering after 30 s: %v", err)
@@ -96,14 +99,17 @@ func bodies(n int) []string {
 // SQS API (a file binding, durability normal: every batch is committed to
 // disk) and against goaws (in memory), and the native Go API (queue.FromEnv)
 // on the same store: SendMessage, SendMessageBatch of 10,
-// ReceiveMessage of 10 + DeleteMessageBatch, and the wake latency of a
-// long-polling ReceiveMessage in another process (send to return, p50 and
-// p99). Run it with
+// ReceiveMessage of 10 + DeleteMessageBatch, each from 1 client (one
+// request at a time) and from 8 clients at once (8 goroutines sharing the
+// client's connection pool), and the wake latency of a long-polling
+// ReceiveMessage in another process (send to return, p50 and p99). Every
+// row of a server in another process also reports that process's CPU time
+// per op (server-cpu-us, from /proc, Linux only). Run it with
 //
 //	LOCALCLOUD_GOAWS=$(go env GOPATH)/bin/cmd go test -run '^$' -bench SQS -benchtime 2000x .
 func BenchmarkSQS(b *testing.B) {
 	s := startStack(b, "", "  bench:\n    type: queue\n")
-	lc := &target{name: "localcloud", c: newQClient(s.endpoint), q: s.endpoint + "/000000000000/bench"}
+	lc := &target{name: "localcloud", c: newQClient(s.endpoint), q: s.endpoint + "/000000000000/bench", pid: s.up.Process.Pid}
 	targets := []*target{lc}
 	if bin := os.Getenv(goawsEnv); bin != "" {
 		targets = append(targets, startGoaws(b, bin))
@@ -115,130 +121,79 @@ func BenchmarkSQS(b *testing.B) {
 	throughput := append([]*target{startFloor(b)}, targets...)
 	native := nativeQueue(b, s)
 	body := bodies(10)
-	msgsPerSec := func(b *testing.B, perOp int) {
-		b.ReportMetric(float64(b.N*perOp)/b.Elapsed().Seconds(), "msgs/s")
-	}
-	drain := func(b *testing.B, t *target) {
-		if t.name == "floor" {
-			return // it has no messages; it answers every receive with ten
-		}
-		for {
-			ms, err := t.c.receive(t.q, 10, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(ms) == 0 {
-				return
-			}
-			if err := t.c.deleteBatch(t.q, ms); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	for _, t := range throughput {
-		b.Run(t.name+"/Send", func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				if err := t.c.send(t.q, body[i%10]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			msgsPerSec(b, 1)
-			b.StopTimer()
-			drain(b, t)
-		})
-	}
-	b.Run("native/Send", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
-			if err := native.Send(context.Background(), queue.Text(body[i%10])); err != nil {
-				b.Fatal(err)
-			}
-		}
-		msgsPerSec(b, 1)
-		b.StopTimer()
-		drain(b, lc)
-	})
-	for _, t := range throughput {
-		b.Run(t.name+"/SendBatch10", func(b *testing.B) {
-			for b.Loop() {
-				if err := t.c.sendBatch(t.q, body); err != nil {
-					b.Fatal(err)
-				}
-			}
-			msgsPerSec(b, 10)
-			b.StopTimer()
-			drain(b, t)
-		})
-	}
 	ps := make([]queue.Payload, 10)
 	for i := range ps {
 		ps[i] = queue.Text(body[i])
 	}
-	b.Run("native/SendBatch10", func(b *testing.B) {
-		for b.Loop() {
-			if err := native.SendBatch(context.Background(), ps); err != nil {
-				b.Fatal(err)
-			}
+	ctx := context.Background()
+	for _, clients := range []int{1, 8} {
+		// row runs one op b.N times from the clients, reports the
+		// messages per second (op returns how many it moved) and, for a
+		// server in another process, its CPU time per op, then drains t.
+		row := func(name string, t *target, fill func(b *testing.B), op func(i int) (int, error)) {
+			b.Run(fmt.Sprintf("%s/%s/%dclients", t.name, name, clients), func(b *testing.B) {
+				b.StopTimer()
+				if fill != nil {
+					fill(b)
+				}
+				cpu0 := cpuTime(t.pid)
+				b.StartTimer()
+				msgs := runClients(b, clients, op)
+				b.StopTimer()
+				b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
+				if cpu1 := cpuTime(t.pid); cpu1 > 0 && t.pid != 0 {
+					b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(b.N), "server-cpu-us")
+				}
+				drainTarget(b, t)
+			})
 		}
-		msgsPerSec(b, 10)
-		b.StopTimer()
-		drain(b, lc)
-	})
-	for _, t := range throughput {
-		b.Run(t.name+"/Receive10+DeleteBatch", func(b *testing.B) {
-			b.StopTimer()
-			for range b.N {
-				if err := t.c.sendBatch(t.q, body); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StartTimer()
-			got := 0
-			for range b.N {
-				ms, err := t.c.receive(t.q, 10, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(ms) > 0 {
-					if err := t.c.deleteBatch(t.q, ms); err != nil {
+		// The native rows' target only names them and drains the store
+		// through localcloud's API; their CPU is the benchmark's own.
+		nat := &target{name: "native", c: lc.c, q: lc.q}
+		for _, t := range throughput {
+			row("Send", t, nil, func(i int) (int, error) { return 1, t.c.send(t.q, body[i%10]) })
+		}
+		row("Send", nat, nil, func(i int) (int, error) { return 1, native.Send(ctx, ps[i%10]) })
+		for _, t := range throughput {
+			row("SendBatch10", t, nil, func(int) (int, error) { return 10, t.c.sendBatch(t.q, body) })
+		}
+		row("SendBatch10", nat, nil, func(int) (int, error) { return 10, native.SendBatch(ctx, ps) })
+		for _, t := range throughput {
+			fill := func(b *testing.B) {
+				for range b.N {
+					if err := t.c.sendBatch(t.q, body); err != nil {
 						b.Fatal(err)
 					}
 				}
-				got += len(ms)
 			}
-			b.ReportMetric(float64(got)/b.Elapsed().Seconds(), "msgs/s")
-			b.StopTimer()
-			drain(b, t)
-		})
-	}
-	b.Run("native/Receive10+AckBatch", func(b *testing.B) {
-		b.StopTimer()
-		for range b.N {
-			if err := native.SendBatch(context.Background(), ps); err != nil {
-				b.Fatal(err)
+			row("Receive10+DeleteBatch", t, fill, func(int) (int, error) {
+				ms, err := t.c.receive(t.q, 10, 0)
+				if err != nil || len(ms) == 0 {
+					return 0, err
+				}
+				return len(ms), t.c.deleteBatch(t.q, ms)
+			})
+		}
+		fill := func(b *testing.B) {
+			for range b.N {
+				if err := native.SendBatch(ctx, ps); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-		b.StartTimer()
-		got := 0
-		for range b.N {
-			ms, err := native.Receive(context.Background(), 10)
-			if err != nil {
-				b.Fatal(err)
+		row("Receive10+AckBatch", nat, fill, func(int) (int, error) {
+			ms, err := native.Receive(ctx, 10)
+			if err != nil || len(ms) == 0 {
+				return 0, err
 			}
 			rs := make([]string, len(ms))
 			for i, m := range ms {
 				rs[i] = m.ReceiptHandle
 			}
-			if len(rs) > 0 {
-				if _, err := native.AckBatch(context.Background(), rs); err != nil {
-					b.Fatal(err)
-				}
-			}
-			got += len(ms)
-		}
-		b.ReportMetric(float64(got)/b.Elapsed().Seconds(), "msgs/s")
-		b.StopTimer()
-		drain(b, lc)
-	})
+			_, err = native.AckBatch(ctx, rs)
+			return len(ms), err
+		})
+	}
 	for _, t := range targets {
 		b.Run(t.name+"/Wake", func(b *testing.B) {
 			wake(b, t, func(body string) error { return t.c.send(t.q, body) })
@@ -247,6 +202,84 @@ func BenchmarkSQS(b *testing.B) {
 	b.Run("localcloud/WakeNativeSend", func(b *testing.B) {
 		wake(b, lc, func(body string) error { return native.Send(context.Background(), queue.Text(body)) })
 	})
+}
+
+// runClients calls op b.N times in all, from one goroutine or from
+// clients goroutines at once, and returns the messages the ops moved; an
+// op's error fails the benchmark.
+func runClients(b *testing.B, clients int, op func(i int) (int, error)) int64 {
+	var msgs, next atomic.Int64
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				n, err := op(i)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				msgs.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	return msgs.Load()
+}
+
+// drainTarget receives and deletes what t's queue holds (the floor has
+// none: it answers every receive with ten).
+func drainTarget(b *testing.B, t *target) {
+	if t.name == "floor" {
+		return
+	}
+	for {
+		ms, err := t.c.receive(t.q, 10, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(ms) == 0 {
+			return
+		}
+		if err := t.c.deleteBatch(t.q, ms); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// cpuTime is the user+system CPU time of process pid so far, from
+// /proc/<pid>/stat (in clock ticks of 10 ms, the Linux default), or 0
+// where that cannot be read.
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces) in
+	// parentheses: state is field 3, utime 14 and stime 15.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(u+st) * 10 * time.Millisecond
 }
 
 // wake measures, b.N times, from just before send until a

@@ -98,7 +98,7 @@ func startFloor(b *testing.B) *target {
 			if !ok {
 				b.Fatalf("floor helper said %q", line)
 			}
-			return &target{name: "floor", c: newQClient("http://" + addr), q: "http://" + addr + "/000000000000/bench"}
+			return &target{name: "floor", c: newQClient("http://" + addr), q: "http://" + addr + "/000000000000/bench", pid: h.cmd.Process.Pid}
 		}
 		h.mu.Unlock()
 		select {
