@@ -103,8 +103,10 @@ func bodies(n int) []string {
 // request at a time) and from 8 clients at once (8 goroutines sharing the
 // client's connection pool), and the wake latency of a long-polling
 // ReceiveMessage in another process (send to return, p50 and p99). Every
-// row of a server in another process also reports that process's CPU time
-// per op (server-cpu-us, from /proc, Linux only). Run it with
+// row also reports the CPU time per op of the process that does the
+// queue's work (server-cpu-us, from /proc, Linux only): the server's, and
+// for the native rows the benchmark's own (the native API runs in it, so
+// that includes the client loop). Run it with
 //
 //	LOCALCLOUD_GOAWS=$(go env GOPATH)/bin/cmd go test -run '^$' -bench SQS -benchtime 2000x .
 func BenchmarkSQS(b *testing.B) {
@@ -128,8 +130,8 @@ func BenchmarkSQS(b *testing.B) {
 	ctx := context.Background()
 	for _, clients := range []int{1, 8} {
 		// row runs one op b.N times from the clients, reports the
-		// messages per second (op returns how many it moved) and, for a
-		// server in another process, its CPU time per op, then drains t.
+		// messages per second (op returns how many it moved) and the CPU
+		// time per op of t's process, then drains t.
 		row := func(name string, t *target, fill func(b *testing.B), op func(i int) (int, error)) {
 			b.Run(fmt.Sprintf("%s/%s/%dclients", t.name, name, clients), func(b *testing.B) {
 				b.StopTimer()
@@ -141,14 +143,14 @@ func BenchmarkSQS(b *testing.B) {
 				msgs := runClients(b, clients, op)
 				b.StopTimer()
 				b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "msgs/s")
-				if cpu1 := cpuTime(t.pid); cpu1 > 0 && t.pid != 0 {
+				if cpu1 := cpuTime(t.pid); cpu1 > 0 {
 					b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/float64(b.N), "server-cpu-us")
 				}
 				drainTarget(b, t)
 			})
 		}
 		// The native rows' target only names them and drains the store
-		// through localcloud's API; their CPU is the benchmark's own.
+		// through localcloud's API; pid 0: their CPU is the benchmark's.
 		nat := &target{name: "native", c: lc.c, q: lc.q}
 		for _, t := range throughput {
 			row("Send", t, nil, func(i int) (int, error) { return 1, t.c.send(t.q, body[i%10]) })
@@ -253,33 +255,36 @@ func drainTarget(b *testing.B, t *target) {
 	}
 }
 
-// cpuTime is the user+system CPU time of process pid so far, from
-// /proc/<pid>/stat (in clock ticks of 10 ms, the Linux default), or 0
+// cpuTime is the CPU time so far of process pid (0: this one), the sum
+// of its threads' time on a CPU in /proc/<pid>/task/*/schedstat (in ns; a
+// thread that already exited is not counted, and Go's seldom exit), or 0
 // where that cannot be read.
 func cpuTime(pid int) time.Duration {
-	if pid == 0 {
-		return 0
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/task", pid)
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
 	}
-	// The fields after the command name (which may hold spaces) in
-	// parentheses: state is field 3, utime 14 and stime 15.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(data))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		sum += time.Duration(ns)
 	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(u+st) * 10 * time.Millisecond
+	return sum
 }
 
 // wake measures, b.N times, from just before send until a
