@@ -28,7 +28,7 @@ type target struct {
 	name string
 	c    *qclient
 	q    string // the queue URL
-	pid  int    // its process, 0 when it runs in the benchmark's own
+	pid  int    // its process; 0: the benchmark's own
 }
 
 // startGoaws runs goaws (in memory, Query protocol only) with one queue
