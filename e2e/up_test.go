@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -398,8 +399,19 @@ func TestHealthProblemsAreReportedNotRepaired(t *testing.T) {
 	orders := filepath.Join(s.dataDir(), "queue", "orders", sqlitequeue.FileName)
 
 	mark := p.mark()
-	if err := os.RemoveAll(carts); err != nil {
-		t.Fatal(err)
+	// up may still be writing in the directory just after ready (a
+	// store's -wal or -shm appears while RemoveAll runs: "directory not
+	// empty", seen once in CI): remove again, as a user's second rm -rf
+	// would. Once it is gone nothing recreates it.
+	for try := 1; ; try++ {
+		err := os.RemoveAll(carts)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ENOTEMPTY) || try == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// Group-writable, which the file-mode policy refuses (0755 would only
 	// be a warning at open, and healthy).
